@@ -1,0 +1,36 @@
+# caplb — see README.md. Area-specific targets live in mk/*.mk; each adds its
+# prerequisites of `make test` to TEST_DEPS.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+GO ?= go
+OUT ?= _out
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.20.0
+# Flags for `go test` in `make test`; override e.g. GOTEST_FLAGS='-run Foo -v'.
+GOTEST_FLAGS ?=
+TEST_DEPS :=
+
+include $(sort $(wildcard mk/*.mk))
+
+.PHONY: help build generate fmt check test
+
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+build: ## Build the caplb binary into _out/bin.
+	$(GO) build -o $(OUT)/bin/caplb ./cmd/caplb
+
+generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go markers.
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=./config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=caplb-manager paths=./controllers/... output:rbac:dir=./config/rbac
+
+fmt: ## Format the Go code.
+	gofmt -w $$(git ls-files '*.go')
+
+check: ## Fail on unformatted code and go vet findings.
+	@bad=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	  if [ -n "$$bad" ]; then echo "gofmt: these files need formatting (run make fmt):"; echo "$$bad"; exit 1; fi
+	$(GO) vet ./...
+
+test: check $(TEST_DEPS) ## Run unit, integration and (as root) network-lab tests.
+	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...

@@ -1,0 +1,63 @@
+package v1alpha1
+
+// Condition types of a LoadBalancer. All are metav1.Condition.
+const (
+	// ReadyCondition is True when the endpoint is available and at least one target is active.
+	// It summarises EndpointAvailable and TargetsAvailable; its reason is the first failing one's.
+	ReadyCondition = "Ready"
+
+	// EndpointAvailableCondition is True when the backend has an endpoint and reports it serving.
+	EndpointAvailableCondition = "EndpointAvailable"
+
+	// TargetsAvailableCondition is True when at least one selected target is active.
+	TargetsAvailableCondition = "TargetsAvailable"
+
+	// ClusterEndpointCondition is True when the Cluster's spec.controlPlaneEndpoint equals the
+	// LoadBalancer's endpoint. False when they differ: caplb never overwrites a Cluster's endpoint.
+	ClusterEndpointCondition = "ClusterEndpoint"
+
+	// PausedCondition is True while reconciliation is paused by Cluster.spec.paused or the
+	// cluster.x-k8s.io/paused annotation on the LoadBalancer.
+	PausedCondition = "Paused"
+)
+
+// Condition reasons. A reason is CamelCase and says why a condition has its status.
+const (
+	// ReadyReason: the condition is satisfied.
+	ReadyReason = "Ready"
+	// InvalidSpecReason: the spec failed validation; the message names the field and the fix.
+	InvalidSpecReason = "InvalidSpec"
+	// BackendErrorReason: the backend returned an error; the message carries it.
+	BackendErrorReason = "BackendError"
+
+	// EndpointAvailableReason: the backend serves the endpoint.
+	EndpointAvailableReason = "EndpointAvailable"
+	// WaitingForEndpointReason: the backend has no endpoint yet (e.g. no ready member to publish).
+	WaitingForEndpointReason = "WaitingForEndpoint"
+	// EndpointUnreachableReason: the endpoint is set but its probe fails.
+	EndpointUnreachableReason = "EndpointUnreachable"
+
+	// TargetsAvailableReason: at least one target is active.
+	TargetsAvailableReason = "TargetsAvailable"
+	// NoTargetsReason: the selector matches no member.
+	NoTargetsReason = "NoTargets"
+	// NoActiveTargetsReason: members exist but none is active (not ready, disabled or removing).
+	NoActiveTargetsReason = "NoActiveTargets"
+
+	// ClusterEndpointSetReason: the Cluster's endpoint equals ours.
+	ClusterEndpointSetReason = "ClusterEndpointSet"
+	// ClusterEndpointMismatchReason: the Cluster has a different endpoint; caplb left it alone.
+	ClusterEndpointMismatchReason = "ClusterEndpointMismatch"
+	// ClusterNotFoundReason: spec.clusterName names no Cluster in the namespace.
+	ClusterNotFoundReason = "ClusterNotFound"
+	// NoClusterReason: the LoadBalancer is standalone (no clusterName); nothing to publish to.
+	NoClusterReason = "NoCluster"
+
+	// PausedReason: reconciliation is paused.
+	PausedReason = "Paused"
+	// NotPausedReason: reconciliation runs.
+	NotPausedReason = "NotPaused"
+
+	// DeletingReason: the LoadBalancer is being deleted and is releasing its members.
+	DeletingReason = "Deleting"
+)

@@ -1,0 +1,256 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// LoadBalancerFinalizer is held by every LoadBalancer until it has released the hooks and
+// annotations it placed on its members and freed its backend's resources.
+const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
+
+// LoadBalancerSpec selects the members of a control-plane load balancer and picks its backend.
+// +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.clusterName) && self.clusterName != ”)",message="spec.clusterName is required when spec.targetKind.kind is Machine: set it to the name of the Cluster whose control plane this LoadBalancer fronts"
+type LoadBalancerSpec struct {
+	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
+	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
+	// spec.controlPlaneEndpoint if that is empty.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.clusterName is immutable: create a new LoadBalancer for another Cluster"
+	ClusterName string `json:"clusterName,omitempty"`
+
+	// targetKind is the kind of member object: CAPI Machines (the default) or Nodes, for
+	// standalone use inside the cluster being balanced.
+	// +optional
+	// +kubebuilder:default={apiGroup: "cluster.x-k8s.io", kind: "Machine"}
+	TargetKind TargetKind `json:"targetKind,omitzero"`
+
+	// selector picks the members among objects of targetKind in this namespace (Machines) or
+	// cluster-wide (Nodes). Defaults to the Cluster's control-plane Machines
+	// (cluster.x-k8s.io/cluster-name=<clusterName>, cluster.x-k8s.io/control-plane), which is what
+	// an unmodified KubeadmControlPlane creates; for Nodes, to node-role.kubernetes.io/control-plane.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// endpoint is the API endpoint clients use. Leave host empty to let the backend choose it
+	// (static: the address of one ready member). port defaults to targetPort.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.host) || oldSelf.host == '' || (has(self.host) && self.host == oldSelf.host)",message="spec.endpoint.host cannot change once set: it is baked into certificates and kubeconfigs; create a new LoadBalancer instead"
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.port) || oldSelf.port == 0 || (has(self.port) && self.port == oldSelf.port)",message="spec.endpoint.port cannot change once set: it is baked into kubeconfigs; create a new LoadBalancer instead"
+	Endpoint APIEndpoint `json:"endpoint,omitzero"`
+
+	// targetPort is the port the members' API servers listen on.
+	// +optional
+	// +kubebuilder:default=6443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	TargetPort int32 `json:"targetPort,omitempty"`
+
+	// backend gives the endpoint its data plane. Exactly one member must be set; the kind cannot
+	// change after creation.
+	// +required
+	Backend Backend `json:"backend"`
+
+	// healthCheck configures how the backend probes the endpoint and members.
+	// +optional
+	HealthCheck HealthCheck `json:"healthCheck,omitzero"`
+
+	// quiesce configures how a member leaves rotation before it is disabled or deleted.
+	// +optional
+	Quiesce Quiesce `json:"quiesce,omitzero"`
+}
+
+// TargetKind names the kind of the member objects.
+// +kubebuilder:validation:XValidation:rule="(self.apiGroup == 'cluster.x-k8s.io' && self.kind == 'Machine') || (self.apiGroup == ” && self.kind == 'Node')",message="spec.targetKind must be {apiGroup: cluster.x-k8s.io, kind: Machine} or {apiGroup: \"\", kind: Node}"
+type TargetKind struct {
+	// apiGroup of the member kind: cluster.x-k8s.io for Machine, empty for Node.
+	// +optional
+	APIGroup string `json:"apiGroup"`
+
+	// kind of the member objects: Machine or Node.
+	// +required
+	Kind string `json:"kind"`
+}
+
+// APIEndpoint is a host and port where an API server can be reached.
+type APIEndpoint struct {
+	// host is an IP address or DNS name. Empty means: let the backend choose.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$')",message="endpoint host must be an IP address (10.0.0.10, fd00::10) or a lower-case DNS name (api.example.com), without scheme or port"
+	Host string `json:"host,omitempty"`
+
+	// port is the TCP port, 1-65535.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// IsZero reports whether neither host nor port is set.
+func (e APIEndpoint) IsZero() bool { return e.Host == "" && e.Port == 0 }
+
+// IsValid reports whether both host and port are set, CAPI's rule for an endpoint.
+func (e APIEndpoint) IsValid() bool { return e.Host != "" && e.Port != 0 }
+
+// Backend selects the data plane. Exactly one field is set.
+// +kubebuilder:validation:MinProperties=1
+// +kubebuilder:validation:MaxProperties=1
+// +kubebuilder:validation:XValidation:rule="has(self.static) == has(oldSelf.static)",message="spec.backend kind cannot change after creation: create a new LoadBalancer with the other backend"
+type Backend struct {
+	// static publishes a fixed endpoint (an external load balancer or DNS name, in
+	// spec.endpoint.host) or, with spec.endpoint.host empty, the address of one ready member.
+	// +optional
+	Static *StaticBackend `json:"static,omitempty"`
+}
+
+// Kind returns the name of the backend that is set ("static"), or "" when none is.
+func (b Backend) Kind() string {
+	switch {
+	case b.Static != nil:
+		return "static"
+	default:
+		return ""
+	}
+}
+
+// StaticBackend has no data plane of its own.
+type StaticBackend struct {
+	// addressTypes lists, in order of preference, which member address to publish when the
+	// endpoint host is left empty. Defaults to InternalIP, ExternalIP.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:Enum=InternalIP;ExternalIP;InternalDNS;ExternalDNS;Hostname
+	AddressTypes []string `json:"addressTypes,omitempty"`
+}
+
+// HealthCheck configures probes. Zero values take the documented defaults.
+type HealthCheck struct {
+	// interval between probes.
+	// +optional
+	// +kubebuilder:default="10s"
+	Interval metav1.Duration `json:"interval,omitzero"`
+
+	// timeout of one probe.
+	// +optional
+	// +kubebuilder:default="2s"
+	Timeout metav1.Duration `json:"timeout,omitzero"`
+
+	// disabled turns endpoint probing off (e.g. when the manager cannot reach the endpoint);
+	// the endpoint is then reported available as soon as it is set.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// Quiesce configures how a member leaves rotation.
+// +kubebuilder:validation:XValidation:rule="duration(self.drainPeriod) <= duration(self.timeout)",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
+type Quiesce struct {
+	// drainPeriod is how long in-flight connections may finish after a member left rotation
+	// before the backend reports it quiesced.
+	// +optional
+	// +kubebuilder:default="10s"
+	DrainPeriod metav1.Duration `json:"drainPeriod,omitzero"`
+
+	// timeout bounds the wait for the backend to confirm a quiesce. When it expires the member is
+	// released anyway (its deletion goes on) and a Warning event says so: caplb never blocks a
+	// Machine's deletion for ever.
+	// +optional
+	// +kubebuilder:default="2m"
+	Timeout metav1.Duration `json:"timeout,omitzero"`
+}
+
+// Target is one member as the LoadBalancer sees it.
+type Target struct {
+	// name of the member object.
+	Name string `json:"name"`
+
+	// address the backend uses for this member, if known.
+	// +optional
+	Address string `json:"address,omitempty"`
+
+	// state in the load balancer's life cycle.
+	State TargetState `json:"state"`
+
+	// ready is the member's own readiness (Machine Ready / Node Ready condition).
+	Ready bool `json:"ready"`
+
+	// since is when the member entered its current state.
+	// +optional
+	Since metav1.Time `json:"since,omitzero"`
+}
+
+// LoadBalancerStatus is the observed state of a LoadBalancer.
+type LoadBalancerStatus struct {
+	// endpoint is the endpoint the backend serves; empty until one is known.
+	// +optional
+	Endpoint APIEndpoint `json:"endpoint,omitzero"`
+
+	// backend is the kind of backend in use, for display.
+	// +optional
+	Backend string `json:"backend,omitempty"`
+
+	// targets lists every selected member, sorted by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Targets []Target `json:"targets,omitempty"`
+
+	// activeTargets counts targets in state active.
+	// +optional
+	ActiveTargets int32 `json:"activeTargets"`
+
+	// totalTargets counts all targets.
+	// +optional
+	TotalTargets int32 `json:"totalTargets"`
+
+	// observedGeneration is the generation last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// LoadBalancer gives a cluster's control plane a stable API endpoint and keeps the members
+// behind it current.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=loadbalancers,scope=Namespaced,shortName=lb;lbs,categories=cluster-api
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=".spec.clusterName"
+// +kubebuilder:printcolumn:name="Host",type=string,JSONPath=".status.endpoint.host"
+// +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=".status.endpoint.port"
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=".status.backend"
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=".status.activeTargets"
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=".status.totalTargets"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type LoadBalancer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   LoadBalancerSpec   `json:"spec,omitempty"`
+	Status LoadBalancerStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions (CAPI's conditions Getter).
+func (lb *LoadBalancer) GetConditions() []metav1.Condition { return lb.Status.Conditions }
+
+// SetConditions replaces the status conditions (CAPI's conditions Setter).
+func (lb *LoadBalancer) SetConditions(c []metav1.Condition) { lb.Status.Conditions = c }
+
+// LoadBalancerList is a list of LoadBalancers.
+// +kubebuilder:object:root=true
+type LoadBalancerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LoadBalancer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&LoadBalancer{}, &LoadBalancerList{})
+}

@@ -1,0 +1,24 @@
+// Command caplb is the control-plane load balancer provider for Cluster API: the management-side
+// manager (controllers) and the node-side agent (ARP/BGP data plane) in one binary.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "caplb",
+		Short:         "Control-plane load balancer provider for Cluster API",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newManagerCommand(), newAgentCommand())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "caplb:", err)
+		os.Exit(1)
+	}
+}
