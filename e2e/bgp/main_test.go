@@ -1,0 +1,45 @@
+//go:build linux
+
+// Package bgp_test runs the BGP VIP lab: a real FRR router (bgpd + zebra, ECMP) peered with
+// nodes that each run a stand-in API server and the real `caplb agent` in bgp mode, and a
+// client behind the router. Root only; `make frr` installs FRR.
+package bgp_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/caplb/caplb/e2e/lab"
+)
+
+// binaries are built once per test process (TestMain) and shared by every lab.
+type binaries struct{ agent, standin string }
+
+// bins is set once by TestMain, before any test runs, and only read afterwards.
+var bins binaries
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	// Only the lab tests need the binaries, and they skip without root or FRR.
+	if _, err := os.Stat("/usr/lib/frr/bgpd"); err == nil && os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "caplb-bgp-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bins = binaries{agent: filepath.Join(dir, "caplb"), standin: filepath.Join(dir, "standin")}
+		for pkg, out := range map[string]string{"./cmd/caplb": bins.agent, "./e2e/lab/standin": bins.standin} {
+			if err := lab.BuildBinary(pkg, out); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+	}
+	return m.Run()
+}

@@ -1,0 +1,29 @@
+//go:build linux
+
+package bgp_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/modes/agent"
+)
+
+// The shipped sample must stay a valid agent configuration in bgp mode.
+func TestSampleBGPConfigParses(t *testing.T) {
+	g := NewWithT(t)
+	root, err := lab.ModuleRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := os.ReadFile(filepath.Join(root, "config", "agent", "agent-bgp.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := agent.Parse(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.Mode).To(Equal(agent.ModeBGP))
+	g.Expect(cfg.BGP).NotTo(BeNil())
+	g.Expect(cfg.BGP.Peers).To(HaveLen(1))
+	g.Expect(cfg.BGP.Peers[0].HoldTime.Duration.String()).To(Equal("9s"))
+}

@@ -1,0 +1,97 @@
+package bgp
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of the BGP data plane. Peers are few and fixed by configuration, so a peer label is
+// bounded.
+type metrics struct {
+	sessionUp      *prometheus.GaugeVec
+	sessionChanges *prometheus.CounterVec
+	peerErrors     *prometheus.CounterVec
+	announced      prometheus.Gauge
+	announcements  prometheus.Counter
+	withdrawals    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		sessionUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "caplb_bgp_session_up",
+			Help: "1 while the BGP session to the peer is established, else 0.",
+		}, []string{"peer"}),
+		sessionChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caplb_bgp_session_state_changes_total",
+			Help: "BGP session state changes, by the state entered.",
+		}, []string{"peer", "state"}),
+		peerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caplb_bgp_peer_errors_total",
+			Help: "BGP session failures by kind: notification_received, notification_sent, connect_failed, hold_timer_expired.",
+		}, []string{"peer", "kind"}),
+		announced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "caplb_bgp_announced_routes",
+			Help: "VIP prefixes this node currently advertises.",
+		}),
+		announcements: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_announcements_total",
+			Help: "VIP prefixes announced (each transition from withdrawn to announced).",
+		}),
+		withdrawals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_withdrawals_total",
+			Help: "VIP prefixes withdrawn (each transition from announced to withdrawn).",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	register := func(c prometheus.Collector) (prometheus.Collector, error) {
+		if err := reg.Register(c); err != nil {
+			// A second Speaker on the same registry (tests, a restart in-process) shares the
+			// first one's collectors.
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return are.ExistingCollector, nil
+			}
+			return nil, err
+		}
+		return c, nil
+	}
+	var errs []error
+	if c, err := register(m.sessionUp); err == nil {
+		m.sessionUp = c.(*prometheus.GaugeVec)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.sessionChanges); err == nil {
+		m.sessionChanges = c.(*prometheus.CounterVec)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.peerErrors); err == nil {
+		m.peerErrors = c.(*prometheus.CounterVec)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.announced); err == nil {
+		m.announced = c.(prometheus.Gauge)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.announcements); err == nil {
+		m.announcements = c.(prometheus.Counter)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.withdrawals); err == nil {
+		m.withdrawals = c.(prometheus.Counter)
+	} else {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -1,0 +1,387 @@
+// Package bgp is the BGP data plane of the agent: an embedded gobgp speaker that announces each
+// VIP as a /32 (/128) with this node as next hop while the agent wants it announced, and puts
+// the VIPs on a local dummy interface so the node accepts the traffic the routers send it.
+// Every eligible member announces; the routers spread connections over them by ECMP.
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/server"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caplb/caplb/modes/dataplane"
+)
+
+// addresses holds the VIPs locally so the node accepts their traffic.
+type addresses interface {
+	// Set makes the node hold exactly vips.
+	Set(vips []netip.Addr) error
+	// Close removes every VIP (and whatever was created to hold them).
+	Close() error
+}
+
+// Speaker announces VIPs over BGP. It implements dataplane.Dataplane.
+type Speaker struct {
+	log      logr.Logger
+	metrics  *metrics
+	srv      *server.BgpServer
+	addrs    addresses
+	tracker  *peerTracker
+	routerID netip.Addr
+	asn      uint32
+	linger   time.Duration
+	families map[bool]bool // is4 -> some peer of that family exists
+	attrs    pathAttrs
+	now      func() time.Time
+
+	stopWatch context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	announced map[netip.Addr]bool
+	// lingering are withdrawn VIPs still held on the interface until the given time.
+	lingering   map[netip.Addr]time.Time
+	lingerTimer *time.Timer
+}
+
+var _ dataplane.Dataplane = &Speaker{}
+
+// New starts the speaker: it validates cfg, reads the password files, starts gobgp and begins
+// dialling the peers. Nothing is announced until Sync says so. reg may be nil.
+func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Speaker, error) {
+	name := cfg.Interface
+	if name == "" {
+		name = DefaultInterface
+	}
+	return newSpeaker(cfg, log, reg, &dummyAddresses{name: name, log: log.Info}, time.Now)
+}
+
+func newSpeaker(cfg Config, log logr.Logger, reg prometheus.Registerer, addrs addresses, now func() time.Time) (*Speaker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	passwords := make([]string, len(cfg.Peers))
+	var secrets []string
+	for i, p := range cfg.Peers {
+		if p.PasswordFile == "" {
+			continue
+		}
+		pw, err := readPassword(fmt.Sprintf("bgp.peers[%d].passwordFile", i), p.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		passwords[i] = pw
+		secrets = append(secrets, pw)
+	}
+	routerID, err := chooseRouterID(cfg)
+	if err != nil {
+		return nil, err
+	}
+	attrs, err := newPathAttrs(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering bgp metrics: %w", err)
+	}
+	s := &Speaker{
+		log:       log,
+		metrics:   m,
+		addrs:     addrs,
+		routerID:  routerID,
+		asn:       cfg.ASN,
+		linger:    durationOr(cfg.AddressLinger, DefaultAddressLinger),
+		families:  map[bool]bool{},
+		attrs:     attrs,
+		now:       now,
+		announced: map[netip.Addr]bool{},
+		lingering: map[netip.Addr]time.Time{},
+	}
+	if cfg.AddressLinger != nil && cfg.AddressLinger.Duration == 0 {
+		s.linger = 0
+	}
+	s.tracker = newPeerTracker(log, m, cfg.Peers, now)
+	s.srv = server.NewBgpServer(server.LoggerOption(&gobgpLogger{log: log, onEvent: s.tracker.event, secrets: secrets}))
+	go s.srv.Serve()
+
+	ctx := context.Background()
+	if err := s.start(ctx, cfg, passwords); err != nil {
+		s.srv.Stop()
+		if s.stopWatch != nil {
+			s.stopWatch()
+		}
+		return nil, err
+	}
+	log.Info("BGP speaker started", "asn", cfg.ASN, "routerID", routerID, "peers", len(cfg.Peers), "listenPort", cfg.ListenPort)
+	return s, nil
+}
+
+func (s *Speaker) start(ctx context.Context, cfg Config, passwords []string) error {
+	global := &api.Global{Asn: cfg.ASN, RouterId: s.routerID.String(), ListenPort: -1}
+	for _, p := range cfg.Peers {
+		s.families[netip.MustParseAddr(p.Address).Unmap().Is4()] = true
+	}
+	if cfg.ListenPort != 0 {
+		global.ListenPort = int32(cfg.ListenPort)
+		// Listen only on the families in use: binding "::" fails on a node with IPv6 disabled.
+		if s.families[true] {
+			global.ListenAddresses = append(global.ListenAddresses, "0.0.0.0")
+		}
+		if s.families[false] {
+			global.ListenAddresses = append(global.ListenAddresses, "::")
+		}
+	}
+	if err := s.srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
+		return fmt.Errorf("starting BGP (bgp.listenPort %d): %w", cfg.ListenPort, err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	s.stopWatch = cancel
+	err := s.srv.WatchEvent(wctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
+		pe := r.GetPeer()
+		if pe == nil || pe.Type != api.WatchEventResponse_PeerEvent_STATE || pe.Peer == nil || pe.Peer.State == nil || pe.Peer.Conf == nil {
+			return
+		}
+		s.tracker.state(canonicalAddr(pe.Peer.Conf.NeighborAddress), pe.Peer.State.SessionState)
+	})
+	if err != nil {
+		return fmt.Errorf("watching BGP peer state: %w", err)
+	}
+	for i, p := range cfg.Peers {
+		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: apiPeer(p, cfg.ASN, passwords[i])}); err != nil {
+			return fmt.Errorf("bgp.peers[%d]: adding peer %s: %w", i, p.Address, err)
+		}
+	}
+	return nil
+}
+
+// apiPeer is the gobgp neighbour for p. The session carries the address family of the peer's
+// address only: the next hop of a route is this node's address on the session, so an IPv6 VIP
+// needs an IPv6 session.
+func apiPeer(p PeerConfig, localASN uint32, password string) *api.Peer {
+	addr := netip.MustParseAddr(p.Address).Unmap()
+	hold := durationOr(p.HoldTime, DefaultHoldTime)
+	keepalive := hold / 3
+	if p.KeepaliveTime != nil && p.KeepaliveTime.Duration != 0 {
+		keepalive = p.KeepaliveTime.Duration
+	}
+	family := &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	if addr.Is6() {
+		family.Afi = api.Family_AFI_IP6
+	}
+	peer := &api.Peer{
+		Conf: &api.PeerConf{
+			NeighborAddress: addr.String(),
+			PeerAsn:         p.ASN,
+			AuthPassword:    password,
+			Description:     "caplb",
+		},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			HoldTime:          uint64(hold / time.Second),
+			KeepaliveInterval: uint64(keepalive / time.Second),
+			ConnectRetry:      uint64(durationOr(p.ConnectRetry, DefaultConnectRetry) / time.Second),
+		}},
+		Transport: &api.Transport{RemotePort: uint32(p.Port), LocalAddress: p.SourceAddress},
+		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: family, Enabled: true}}},
+	}
+	if p.EBGPMultihop != 0 {
+		peer.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(p.EBGPMultihop)}
+	}
+	return peer
+}
+
+// chooseRouterID is bgp.routerID, else the node's source address towards its first IPv4 peer,
+// else its first global IPv4 address.
+func chooseRouterID(cfg Config) (netip.Addr, error) {
+	if cfg.RouterID != "" {
+		return netip.MustParseAddr(cfg.RouterID), nil
+	}
+	for _, p := range cfg.Peers {
+		if p.SourceAddress != "" {
+			if a := netip.MustParseAddr(p.SourceAddress).Unmap(); a.Is4() {
+				return a, nil
+			}
+		}
+		peer := netip.MustParseAddr(p.Address).Unmap()
+		if !peer.Is4() {
+			continue
+		}
+		if a, err := sourceAddressTowards(peer); err == nil && a.Is4() {
+			return a, nil
+		}
+	}
+	skip := cfg.Interface
+	if skip == "" {
+		skip = DefaultInterface
+	}
+	a, err := firstGlobalIPv4(skip)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bgp.routerID: not set and cannot be derived (%w); set it to a unique IPv4 address, e.g. the node's address", err)
+	}
+	return a, nil
+}
+
+// Sync announces desired.VIPs while desired.Announce and withdraws them otherwise. The
+// withdrawal goes out first and without delay: it is the UPDATE that takes traffic away from
+// this node, and gobgp applies no advertisement interval to it.
+func (s *Speaker) Sync(ctx context.Context, desired dataplane.Desired) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("bgp speaker is closed")
+	}
+	var errs []error
+	want := map[netip.Addr]bool{}
+	if desired.Announce {
+		for _, v := range desired.VIPs {
+			v = v.Unmap()
+			if !s.families[v.Is4()] {
+				errs = append(errs, fmt.Errorf("VIP %s: no bgp.peers entry of its address family; IPv4 VIPs are announced to IPv4 peers and IPv6 VIPs to IPv6 peers, add one", v))
+				continue
+			}
+			want[v] = true
+		}
+	}
+	now := s.now()
+	for v := range s.announced {
+		if want[v] {
+			continue
+		}
+		if err := s.withdraw(ctx, v); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.lingering[v] = now.Add(s.linger)
+	}
+	// The VIPs must be local before the routers hear of them: traffic follows at once.
+	for v := range want {
+		delete(s.lingering, v)
+	}
+	if err := s.syncAddresses(now, want); err != nil {
+		errs = append(errs, err)
+		return errors.Join(errs...) // announcing a VIP the node cannot accept would blackhole it
+	}
+	for v := range want {
+		if s.announced[v] {
+			continue
+		}
+		if err := s.announce(ctx, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.metrics.announced.Set(float64(len(s.announced)))
+	return errors.Join(errs...)
+}
+
+func (s *Speaker) announce(ctx context.Context, v netip.Addr) error {
+	p, err := s.attrs.path(v, false)
+	if err != nil {
+		return err
+	}
+	if _, err := s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: p}); err != nil {
+		return fmt.Errorf("announcing %s: %w", prefixOf(v), err)
+	}
+	s.announced[v] = true
+	s.metrics.announcements.Inc()
+	s.log.Info("announcing VIP", "prefix", prefixOf(v))
+	return nil
+}
+
+func (s *Speaker) withdraw(ctx context.Context, v netip.Addr) error {
+	p, err := s.attrs.path(v, true)
+	if err != nil {
+		return err
+	}
+	if err := s.srv.DeletePath(ctx, &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Path: p}); err != nil {
+		return fmt.Errorf("withdrawing %s: %w", prefixOf(v), err)
+	}
+	delete(s.announced, v)
+	s.metrics.withdrawals.Inc()
+	s.log.Info("withdrew VIP", "prefix", prefixOf(v))
+	return nil
+}
+
+// syncAddresses holds announced, extra and still-lingering VIPs on the interface, and arms a
+// timer to drop the lingering ones when they expire. Called with s.mu held.
+func (s *Speaker) syncAddresses(now time.Time, extra map[netip.Addr]bool) error {
+	hold := map[netip.Addr]bool{}
+	for v := range s.announced {
+		hold[v] = true
+	}
+	for v := range extra {
+		hold[v] = true
+	}
+	var next time.Time
+	for v, until := range s.lingering {
+		if !until.After(now) {
+			delete(s.lingering, v)
+			continue
+		}
+		hold[v] = true
+		if next.IsZero() || until.Before(next) {
+			next = until
+		}
+	}
+	list := make([]netip.Addr, 0, len(hold))
+	for v := range hold {
+		list = append(list, v)
+	}
+	if s.lingerTimer != nil {
+		s.lingerTimer.Stop()
+		s.lingerTimer = nil
+	}
+	if !next.IsZero() {
+		s.lingerTimer = time.AfterFunc(next.Sub(now), s.lingerExpired)
+	}
+	if err := s.addrs.Set(list); err != nil {
+		return fmt.Errorf("holding the VIPs on the node: %w", err)
+	}
+	return nil
+}
+
+func (s *Speaker) lingerExpired() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if err := s.syncAddresses(s.now(), nil); err != nil {
+		s.log.Error(err, "removing withdrawn VIPs from the node")
+	}
+}
+
+// Status reports the sessions and the announced prefixes.
+func (s *Speaker) Status() Status {
+	s.mu.Lock()
+	announced := map[string]struct{}{}
+	for v := range s.announced {
+		announced[prefixOf(v)] = struct{}{}
+	}
+	s.mu.Unlock()
+	return Status{
+		RouterID:  s.routerID.String(),
+		ASN:       s.asn,
+		Announced: sortedStrings(announced),
+		Peers:     s.tracker.snapshot(),
+	}
+}
+
+func canonicalAddr(s string) string {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return s
+	}
+	return a.Unmap().String()
+}
+
+func prefixOf(v netip.Addr) string {
+	return netip.PrefixFrom(v, v.BitLen()).String()
+}
