@@ -9,7 +9,7 @@ import (
 const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 
 // LoadBalancerSpec selects the members of a control-plane load balancer and picks its backend.
-// +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.clusterName) && self.clusterName != ”)",message="spec.clusterName is required when spec.targetKind.kind is Machine: set it to the name of the Cluster whose control plane this LoadBalancer fronts"
+// +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required when spec.targetKind.kind is Machine: set it to the name of the Cluster whose control plane this LoadBalancer fronts"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -23,13 +23,17 @@ type LoadBalancerSpec struct {
 	// standalone use inside the cluster being balanced.
 	// +optional
 	// +kubebuilder:default={apiGroup: "cluster.x-k8s.io", kind: "Machine"}
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetKind is immutable: create a new LoadBalancer for the other kind of member"
 	TargetKind TargetKind `json:"targetKind,omitzero"`
 
 	// selector picks the members among objects of targetKind in this namespace (Machines) or
 	// cluster-wide (Nodes). Defaults to the Cluster's control-plane Machines
 	// (cluster.x-k8s.io/cluster-name=<clusterName>, cluster.x-k8s.io/control-plane), which is what
 	// an unmodified KubeadmControlPlane creates; for Nodes, to node-role.kubernetes.io/control-plane.
+	// Machine members are always Machines of spec.clusterName: the selector narrows them further.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.selector.matchExpressions[].operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="spec.selector.matchExpressions[]: operators In and NotIn need at least one value, Exists and DoesNotExist take none"
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 
 	// endpoint is the API endpoint clients use. Leave host empty to let the backend choose it
@@ -53,15 +57,17 @@ type LoadBalancerSpec struct {
 
 	// healthCheck configures how the backend probes the endpoint and members.
 	// +optional
+	// +kubebuilder:default={interval: "10s", timeout: "2s"}
 	HealthCheck HealthCheck `json:"healthCheck,omitzero"`
 
 	// quiesce configures how a member leaves rotation before it is disabled or deleted.
 	// +optional
+	// +kubebuilder:default={drainPeriod: "10s", timeout: "2m"}
 	Quiesce Quiesce `json:"quiesce,omitzero"`
 }
 
 // TargetKind names the kind of the member objects.
-// +kubebuilder:validation:XValidation:rule="(self.apiGroup == 'cluster.x-k8s.io' && self.kind == 'Machine') || (self.apiGroup == ” && self.kind == 'Node')",message="spec.targetKind must be {apiGroup: cluster.x-k8s.io, kind: Machine} or {apiGroup: \"\", kind: Node}"
+// +kubebuilder:validation:XValidation:rule="(has(self.apiGroup) && self.apiGroup == 'cluster.x-k8s.io' && self.kind == 'Machine') || ((!has(self.apiGroup) || size(self.apiGroup) == 0) && self.kind == 'Node')",message="spec.targetKind must be {apiGroup: cluster.x-k8s.io, kind: Machine} or {apiGroup: \"\", kind: Node}"
 type TargetKind struct {
 	// apiGroup of the member kind: cluster.x-k8s.io for Machine, empty for Node.
 	// +optional
@@ -144,7 +150,7 @@ type HealthCheck struct {
 }
 
 // Quiesce configures how a member leaves rotation.
-// +kubebuilder:validation:XValidation:rule="duration(self.drainPeriod) <= duration(self.timeout)",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
+// +kubebuilder:validation:XValidation:rule="!has(self.drainPeriod) || !has(self.timeout) || duration(self.drainPeriod) <= duration(self.timeout)",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
 type Quiesce struct {
 	// drainPeriod is how long in-flight connections may finish after a member left rotation
 	// before the backend reports it quiesced.

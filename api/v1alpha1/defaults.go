@@ -1,0 +1,82 @@
+package v1alpha1
+
+import "time"
+
+// Defaults applied when a field is left empty. The CRD's OpenAPI defaults carry the same values
+// so that `kubectl get -o yaml` shows them; the Go helpers below apply them again because
+// objects built in code (tests, other controllers) never pass through the API server's defaulting.
+const (
+	// DefaultTargetPort is the members' API server port (kubeadm's default).
+	DefaultTargetPort int32 = 6443
+	// DefaultProbeInterval is the time between two endpoint probes.
+	DefaultProbeInterval = 10 * time.Second
+	// DefaultProbeTimeout bounds one endpoint probe.
+	DefaultProbeTimeout = 2 * time.Second
+	// DefaultDrainPeriod is how long in-flight connections may finish after a member left rotation.
+	DefaultDrainPeriod = 10 * time.Second
+	// DefaultQuiesceTimeout bounds the wait for a backend to confirm a quiesce.
+	DefaultQuiesceTimeout = 2 * time.Minute
+)
+
+// Target kinds accepted in spec.targetKind.
+const (
+	// MachineKind is CAPI's Machine, in group cluster.x-k8s.io.
+	MachineKind = "Machine"
+	// MachineAPIGroup is the group of MachineKind.
+	MachineAPIGroup = "cluster.x-k8s.io"
+	// NodeKind is the core Node (group "").
+	NodeKind = "Node"
+)
+
+// IsNode reports whether the members are Nodes. An empty kind means Machine (the default).
+func (k TargetKind) IsNode() bool { return k.Kind == NodeKind }
+
+// EffectiveTargetPort returns spec.targetPort or its default.
+func (s *LoadBalancerSpec) EffectiveTargetPort() int32 {
+	if s.TargetPort != 0 {
+		return s.TargetPort
+	}
+	return DefaultTargetPort
+}
+
+// EffectivePort returns the port of the published endpoint: spec.endpoint.port, else the
+// target port.
+func (s *LoadBalancerSpec) EffectivePort() int32 {
+	if s.Endpoint.Port != 0 {
+		return s.Endpoint.Port
+	}
+	return s.EffectiveTargetPort()
+}
+
+// EffectiveInterval returns the probe interval or its default.
+func (h HealthCheck) EffectiveInterval() time.Duration {
+	if h.Interval.Duration > 0 {
+		return h.Interval.Duration
+	}
+	return DefaultProbeInterval
+}
+
+// EffectiveTimeout returns the probe timeout or its default.
+func (h HealthCheck) EffectiveTimeout() time.Duration {
+	if h.Timeout.Duration > 0 {
+		return h.Timeout.Duration
+	}
+	return DefaultProbeTimeout
+}
+
+// EffectiveDrainPeriod returns the drain period or its default. An explicit "0s" cannot be told
+// apart from an unset field in Go, so a zero drain period is spelled with a tiny value ("1ms").
+func (q Quiesce) EffectiveDrainPeriod() time.Duration {
+	if q.DrainPeriod.Duration > 0 {
+		return q.DrainPeriod.Duration
+	}
+	return DefaultDrainPeriod
+}
+
+// EffectiveTimeout returns the quiesce timeout or its default.
+func (q Quiesce) EffectiveTimeout() time.Duration {
+	if q.Timeout.Duration > 0 {
+		return q.Timeout.Duration
+	}
+	return DefaultQuiesceTimeout
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/caplb/caplb/controllers"
+)
+
+// leaderElectionID names the Lease the manager replicas elect a leader with.
+const leaderElectionID = "caplb-manager.loadbalancer.cluster.x-k8s.io"
+
+type managerOptions struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	leaderElectionNS       string
+	concurrency            int
+	namespace              string
+	qps                    float32
+	burst                  int
+	shutdownTimeout        time.Duration
+	zap                    zap.Options
+}
+
+// newManagerCommand builds `caplb manager`, the management-side controllers.
+func newManagerCommand() *cobra.Command {
+	o := managerOptions{zap: zap.Options{}}
+	cmd := &cobra.Command{
+		Use:   "manager",
+		Short: "Run the LoadBalancer controller",
+		Long: "Run the LoadBalancer controller against the cluster of --kubeconfig (or $KUBECONFIG, or the in-cluster\n" +
+			"config): it selects each LoadBalancer's members, holds CAPI pre-drain hooks on member Machines, and\n" +
+			"publishes endpoints to Clusters. Metrics on --metrics-bind-address (/metrics), probes on\n" +
+			"--health-probe-bind-address (/healthz, /readyz). SIGTERM or SIGINT stop it gracefully.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runManager(o) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among manager replicas through a Lease, so that only one reconciles")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the manager's own namespace)")
+	fs.IntVar(&o.concurrency, "concurrency", controllers.DefaultMaxConcurrentReconciles, "LoadBalancers reconciled in parallel")
+	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (LoadBalancers, Machines, Clusters); Nodes are cluster-scoped and always watched")
+	fs.Float32Var(&o.qps, "kube-api-qps", 0, "client-side request rate limit to the API server; 0 leaves it off (API priority and fairness applies)")
+	fs.IntVar(&o.burst, "kube-api-burst", 0, "client-side burst, with --kube-api-qps")
+	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
+	goFlags := flag.NewFlagSet("manager", flag.ContinueOnError)
+	ctrlconfig.RegisterFlags(goFlags) // --kubeconfig
+	o.zap.BindFlags(goFlags)          // --zap-log-level, --zap-devel, --zap-encoder, ...
+	fs.AddGoFlagSet(goFlags)
+	return cmd
+}
+
+func runManager(o managerOptions) error {
+	if o.concurrency < 1 {
+		return errors.New("--concurrency must be at least 1")
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	log := ctrl.Log.WithName("setup")
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	if o.qps > 0 {
+		cfg.QPS, cfg.Burst = o.qps, o.burst
+	}
+	scheme := runtime.NewScheme()
+	if err := controllers.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cacheOpts := cache.Options{}
+	if o.namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
+	}
+	shutdown := o.shutdownTimeout
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &shutdown,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{MaxConcurrentReconciles: o.concurrency}); err != nil {
+		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready once the informers have synced: before that a reconcile would see no members.
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		wctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(wctx) {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	log.Info("Starting manager", "namespace", o.namespace, "concurrency", o.concurrency, "leaderElect", o.leaderElect)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	log.Info("Manager stopped")
+	return nil
+}

@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+)
+
+func ep(h string, p int32) lbv1.APIEndpoint { return lbv1.APIEndpoint{Host: h, Port: p} }
+
+func TestDecideClusterEndpoint(t *testing.T) {
+	tests := []struct {
+		name         string
+		theirs, ours lbv1.APIEndpoint
+		want         clusterDecision
+	}{
+		{"empty Cluster, ours known → publish", ep("", 0), ep("10.0.0.1", 6443), decidePublish},
+		{"empty Cluster, ours unknown → wait", ep("", 0), ep("", 0), decideWait},
+		{"equal → in sync", ep("10.0.0.1", 6443), ep("10.0.0.1", 6443), decideInSync},
+		{"other host → mismatch", ep("10.0.0.2", 6443), ep("10.0.0.1", 6443), decideMismatch},
+		{"other port → mismatch", ep("10.0.0.1", 443), ep("10.0.0.1", 6443), decideMismatch},
+		{"half-set Cluster (host only) is never completed", ep("10.0.0.1", 0), ep("10.0.0.1", 6443), decideMismatch},
+		{"half-set Cluster (port only) is never completed", ep("", 6443), ep("10.0.0.1", 6443), decideMismatch},
+		{"Cluster set, ours unknown → mismatch", ep("10.0.0.1", 6443), ep("", 0), decideMismatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(decideClusterEndpoint(tt.theirs, tt.ours)).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestDecideAdoption(t *testing.T) {
+	tests := []struct {
+		name                 string
+		spec, status, theirs lbv1.APIEndpoint
+		wasInSync            bool
+		adopt                bool
+		refusal              string
+	}{
+		{"host empty, Cluster preset → adopt", ep("", 0), ep("", 0), ep("api.example.com", 443), false, true, ""},
+		{"host empty, spec port equal → adopt", ep("", 443), ep("", 0), ep("api.example.com", 443), false, true, ""},
+		{"host set → never adopt", ep("10.0.0.1", 0), ep("10.0.0.1", 6443), ep("api.example.com", 443), false, false, ""},
+		{"Cluster empty → nothing to adopt", ep("", 0), ep("", 0), ep("", 0), false, false, ""},
+		{"Cluster half-set → nothing to adopt", ep("", 0), ep("", 0), ep("api.example.com", 0), false, false, ""},
+		{"Cluster equals our published endpoint → in sync", ep("", 0), ep("10.0.0.1", 6443), ep("10.0.0.1", 6443), false, false, ""},
+		{"we published before and our endpoint moved → no adoption", ep("", 0), ep("10.0.0.2", 6443), ep("10.0.0.1", 6443), true, false, ""},
+		{"spec port conflicts → refused", ep("", 6443), ep("", 0), ep("api.example.com", 443), false, false, "another port"},
+		{"Cluster host not acceptable to our schema → refused", ep("", 0), ep("", 0), ep("API.Example.com", 443), false, false, "lower-case"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			adopt, refusal := decideAdoption(tt.spec, tt.status, tt.theirs, tt.wasInSync)
+			g.Expect(adopt).To(Equal(tt.adopt))
+			if tt.refusal == "" {
+				g.Expect(refusal).To(BeEmpty())
+			} else {
+				g.Expect(refusal).To(ContainSubstring(tt.refusal))
+			}
+		})
+	}
+}
+
+func TestLoadBalancerRefNames(t *testing.T) {
+	lb := newLB("lb")
+	tests := []struct {
+		name string
+		ref  map[string]any
+		want bool
+	}{
+		{"contract-versioned ref", map[string]any{"apiGroup": "loadbalancer.cluster.x-k8s.io", "kind": "LoadBalancer", "name": "lb"}, true},
+		{"ObjectReference", map[string]any{"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer", "name": "lb", "namespace": "ns"}, true},
+		{"name only", map[string]any{"name": "lb"}, true},
+		{"other name", map[string]any{"name": "lb2"}, false},
+		{"other kind", map[string]any{"kind": "AWSLoadBalancer", "name": "lb"}, false},
+		{"other group", map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "name": "lb"}, false},
+		{"other apiVersion group", map[string]any{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "name": "lb"}, false},
+		{"other namespace", map[string]any{"name": "lb", "namespace": "elsewhere"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(loadBalancerRefNames(tt.ref, lb)).To(Equal(tt.want))
+		})
+	}
+}

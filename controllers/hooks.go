@@ -1,0 +1,157 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+)
+
+// marks are the annotations caplb keeps on a member: nil means "must be absent".
+type marks map[string]*string
+
+// desiredMarks is the pure rule for a member's annotations after a reconcile:
+//   - a member carries the name annotation, the status annotation and, on Machines, our
+//     pre-drain hook while holdsHook(state) — except that a hook is never added to an object
+//     already being deleted (CAPI may be past its pre-drain phase; it would only confuse);
+//   - an object that is not (or no longer) a member loses our hook, and the name and status
+//     annotations when they are ours; another LoadBalancer's annotations are never touched.
+func desiredMarks(lb *lbv1.LoadBalancer, hooks bool, f facts, cur record) marks {
+	hookKey := lbv1.PreDrainHookAnnotation(lb.Name)
+	want := marks{}
+	if cur.isMember() {
+		owner, state := ownerValue(lb), string(cur.State)
+		want[lbv1.NameAnnotation] = &owner
+		want[lbv1.StatusAnnotation] = &state
+		if hooks {
+			hookVal := lbv1.HookOwner
+			if holdsHook(cur.State) && (!f.deleting || f.ourHook) {
+				want[hookKey] = &hookVal
+			} else {
+				want[hookKey] = nil
+			}
+		}
+		return want
+	}
+	if f.owner == ownerValue(lb) {
+		want[lbv1.NameAnnotation] = nil
+		want[lbv1.StatusAnnotation] = nil
+	}
+	if hooks || f.ourHook {
+		want[hookKey] = nil
+	}
+	return want
+}
+
+// apply changes the annotations to the marks and reports whether anything changed.
+func (w marks) apply(obj client.Object) bool {
+	ann := obj.GetAnnotations()
+	changed := false
+	for k, v := range w {
+		cur, has := ann[k]
+		switch {
+		case v == nil && has:
+			delete(ann, k)
+			changed = true
+		case v != nil && (!has || cur != *v):
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[k] = *v
+			changed = true
+		}
+	}
+	if changed {
+		obj.SetAnnotations(ann)
+	}
+	return changed
+}
+
+// patchMarks brings a member's annotations to desiredMarks with a merge patch that touches only
+// those keys. It reports whether the member holds our hook afterwards.
+func (r *LoadBalancerReconciler) patchMarks(ctx context.Context, lb *lbv1.LoadBalancer, k memberKind, m *member) (bool, error) {
+	want := desiredMarks(lb, k.hooks(), m.facts, m.cur)
+	hookKey := lbv1.PreDrainHookAnnotation(lb.Name)
+	holds := m.facts.ourHook
+	if v, ok := want[hookKey]; ok {
+		holds = v != nil
+	}
+	modified := m.obj.DeepCopyObject().(client.Object)
+	if !want.apply(modified) {
+		return holds, nil
+	}
+	if err := r.Client.Patch(ctx, modified, client.MergeFrom(m.obj)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return m.facts.ourHook, fmt.Errorf("updating caplb annotations on %s %s: %w", k.kind(), m.name, err)
+	}
+	return holds, nil
+}
+
+// releaseAll removes every mark this LoadBalancer placed, for its deletion. It looks wherever a
+// mark could be — the cache indexes (name annotation and hook key, so half-done states are
+// found), a live list of the Cluster's Machines and a live read of every remembered target (the
+// cache may lag the last reconcile's patches) — so that no Machine is left blocked by a hook
+// whose owner is gone. It returns how many objects it changed.
+func (r *LoadBalancerReconciler) releaseAll(ctx context.Context, s *scope) (int, error) {
+	lb := s.lb
+	objs := map[string]client.Object{}
+	cached, err := s.kind.annotated(ctx, lb)
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range cached {
+		objs[o.GetName()] = o
+	}
+	live := machineKind{c: r.APIReader}
+	if s.kind.hooks() && lb.Spec.ClusterName != "" {
+		var list clusterv1.MachineList
+		if err := r.APIReader.List(ctx, &list, client.InNamespace(lb.Namespace),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: lb.Spec.ClusterName}); err != nil {
+			return 0, fmt.Errorf("listing Machines of Cluster %s/%s: %w", lb.Namespace, lb.Spec.ClusterName, err)
+		}
+		for _, o := range machinePtrs(list.Items) {
+			objs[o.GetName()] = o
+		}
+	}
+	for _, t := range lb.Status.Targets {
+		var o client.Object
+		if s.kind.hooks() {
+			o, err = live.get(ctx, lb, t.Name)
+		} else {
+			o, err = nodeKind{c: r.APIReader}.get(ctx, lb, t.Name)
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return 0, fmt.Errorf("reading %s %s: %w", s.kind.kind(), t.Name, err)
+		}
+		objs[o.GetName()] = o
+	}
+
+	var errs []error
+	released := 0
+	for _, o := range objs {
+		f := s.kind.facts(lb, o)
+		want := desiredMarks(lb, s.kind.hooks(), f, record{})
+		modified := o.DeepCopyObject().(client.Object)
+		if !want.apply(modified) {
+			continue
+		}
+		if err := r.Client.Patch(ctx, modified, client.MergeFrom(o)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("releasing %s %s: %w", s.kind.kind(), f.name, err))
+			continue
+		}
+		released++
+		ctrl.LoggerFrom(ctx).V(1).Info("Released member", "member", f.name)
+	}
+	return released, errors.Join(errs...)
+}

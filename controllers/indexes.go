@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+)
+
+// Field indexes on the manager's cache. Their names carry a caplb prefix so that they cannot
+// clash with indexes CAPI's own reconcilers register when they share a manager (tests do).
+const (
+	// indexLBClusterName indexes LoadBalancers by spec.clusterName: Machine and Cluster events
+	// map to LoadBalancers through it.
+	indexLBClusterName = "caplb.loadbalancer.spec.clusterName"
+	// indexLBTargetKind indexes LoadBalancers by spec.targetKind.kind: Node events map to the
+	// LoadBalancers that target Nodes through it.
+	indexLBTargetKind = "caplb.loadbalancer.spec.targetKind"
+	// indexMachineClusterName indexes Machines by spec.clusterName: a LoadBalancer lists its
+	// candidates through it instead of scanning the namespace.
+	indexMachineClusterName = "caplb.machine.spec.clusterName"
+	// indexMemberOf indexes Machines and Nodes by the LoadBalancers that marked them: one value
+	// per name annotation ("name:<value>") and per caplb pre-drain hook ("hook:<suffix>"), so
+	// that half-done states (a hook without the name annotation) are found too.
+	indexMemberOf = "caplb.memberOf"
+)
+
+func memberIndexName(owner string) string  { return "name:" + owner }
+func memberIndexHook(lbName string) string { return "hook:" + hookSuffix(lbName) }
+
+// hookKeyPrefix is the start of every pre-drain hook key caplb writes.
+var hookKeyPrefix = clusterv1.PreDrainDeleteHookAnnotationPrefix + "/caplb-"
+
+func memberOfValues(obj client.Object) []string {
+	var out []string
+	for k, v := range obj.GetAnnotations() {
+		switch {
+		case k == lbv1.NameAnnotation && v != "":
+			out = append(out, memberIndexName(v))
+		case strings.HasPrefix(k, hookKeyPrefix):
+			out = append(out, "hook:"+k[strings.Index(k, "/")+1:])
+		}
+	}
+	return out
+}
+
+func setupIndexes(ctx context.Context, fi client.FieldIndexer) error {
+	indexes := []struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{
+		{&lbv1.LoadBalancer{}, indexLBClusterName, func(o client.Object) []string {
+			if n := o.(*lbv1.LoadBalancer).Spec.ClusterName; n != "" {
+				return []string{n}
+			}
+			return nil
+		}},
+		{&lbv1.LoadBalancer{}, indexLBTargetKind, func(o client.Object) []string {
+			if o.(*lbv1.LoadBalancer).Spec.TargetKind.IsNode() {
+				return []string{lbv1.NodeKind}
+			}
+			return []string{lbv1.MachineKind}
+		}},
+		{&clusterv1.Machine{}, indexMachineClusterName, func(o client.Object) []string {
+			if n := o.(*clusterv1.Machine).Spec.ClusterName; n != "" {
+				return []string{n}
+			}
+			return nil
+		}},
+		{&clusterv1.Machine{}, indexMemberOf, memberOfValues},
+		{&corev1.Node{}, indexMemberOf, memberOfValues},
+	}
+	for _, ix := range indexes {
+		if err := fi.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
+		}
+	}
+	return nil
+}

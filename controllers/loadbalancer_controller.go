@@ -1,0 +1,254 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/providers"
+)
+
+// RBAC, least privilege: members and Clusters are read from the cache and patched (annotations,
+// controlPlaneEndpoint), never updated or deleted; control-plane objects are only read and
+// patched when their spec.loadBalancerRef names a LoadBalancer.
+// +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers/status,verbs=get;patch
+// +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers/finalizers,verbs=update
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=*,verbs=get;patch
+// +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
+
+// LoadBalancerReconciler reconciles LoadBalancers: it picks the members, runs each member's
+// state machine through the backend, holds CAPI pre-drain hooks on member Machines, and
+// publishes the endpoint to the LoadBalancer's status, the Cluster and the control plane.
+type LoadBalancerReconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads the control-plane object behind Cluster.spec.controlPlaneRef directly,
+	// so that the manager does not cache (and need list/watch on) every control-plane kind.
+	APIReader client.Reader
+	// RESTMapper resolves the control-plane kind's version.
+	RESTMapper meta.RESTMapper
+	// Recorder emits events regarding LoadBalancers.
+	Recorder events.EventRecorder
+	// Backends holds the backends this build supports.
+	Backends *providers.Registry
+	// Metrics are the controller's collectors.
+	Metrics *Metrics
+	// Now returns the current time; tests fix it.
+	Now func() time.Time
+
+	// cpPublished remembers, per LoadBalancer UID, the control-plane object and endpoint last
+	// found in sync, to spare a live GET per reconcile. Losing it (a restart) costs one GET.
+	cpPublished sync.Map
+	// claimsReported remembers which claimed members were reported (see firstClaimReport).
+	claimsReported sync.Map
+	// pending holds, per LoadBalancer, the status last written until the cache shows it
+	// (see cacheBehind).
+	pending sync.Map
+}
+
+// scope carries what one reconcile learned, between its phases.
+type scope struct {
+	lb      *lbv1.LoadBalancer
+	cluster *clusterv1.Cluster // nil when spec.clusterName is empty or names no Cluster
+	// clusterMissing: spec.clusterName is set but no such Cluster exists.
+	clusterMissing bool
+	kind           memberKind
+	paused         bool
+	backend        providers.Backend
+	invalid        field.ErrorList
+
+	// members is nil until gathered; status.targets is only rewritten when it is set.
+	members  []*member
+	gathered bool
+	// ensured: Ensure was called (it is not when gathering members failed); endpoint and
+	// ensureErr are its answer.
+	ensured   bool
+	endpoint  providers.EndpointStatus
+	ensureErr error
+	hooksHeld int
+	requeue   time.Duration
+}
+
+func (s *scope) requeueAfter(d time.Duration) {
+	if d > 0 && (s.requeue == 0 || d < s.requeue) {
+		s.requeue = d
+	}
+}
+
+func (r *LoadBalancerReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile follows CAPI's order: get, finalizer, patch helper, paused, deferred patch, then the
+// delete or the normal path.
+func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
+	start := time.Now()
+	outcome := resultSuccess
+	defer func() {
+		switch {
+		case reterr != nil:
+			outcome = resultError
+		case outcome == resultSuccess && res.RequeueAfter > 0:
+			outcome = resultRequeue
+		}
+		r.Metrics.observeReconcile(outcome, time.Since(start))
+	}()
+
+	lb := &lbv1.LoadBalancer{}
+	if err := r.Client.Get(ctx, req.NamespacedName, lb); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.forget(req.Namespace, req.Name)
+			r.pending.Delete(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if r.cacheBehind(lb) {
+		outcome = resultStale
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(lb.Namespace, lb.Spec.ClusterName))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	s := &scope{lb: lb, kind: kindFor(lb, r.Client)}
+	if lb.Spec.ClusterName != "" {
+		cluster := &clusterv1.Cluster{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: lb.Spec.ClusterName}, cluster)
+		switch {
+		case apierrors.IsNotFound(err):
+			s.clusterMissing = true
+		case err != nil:
+			return ctrl.Result{}, err
+		default:
+			s.cluster = cluster
+		}
+	}
+
+	// The finalizer goes on first, in a patch of its own, so that no hook is ever placed by a
+	// LoadBalancer that could be deleted without releasing it. Like CAPI we return: the update
+	// event brings us back with a cache that has caught up.
+	if added, err := finalizers.EnsureFinalizer(ctx, r.Client, lb, lbv1.LoadBalancerFinalizer); err != nil || added {
+		return ctrl.Result{}, err
+	}
+
+	patchHelper, err := patch.NewHelper(lb, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	before := lb.DeepCopy()
+
+	// The Paused condition is set here and written by the deferred patch below, not with
+	// paused.EnsurePausedCondition: that helper writes the condition in a patch of its own, a
+	// second status write per reconcile.
+	pausedCond := pausedCondition(s.cluster, lb)
+	conditions.Set(lb, pausedCond)
+	s.paused = pausedCond.Status == metav1.ConditionTrue
+
+	defer func() {
+		r.updateStatus(ctx, s)
+		if reterr == nil && !s.paused {
+			lb.Status.ObservedGeneration = lb.Generation
+		}
+		if err := r.patchLoadBalancer(ctx, patchHelper, before, lb); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+		if reterr == nil && s.requeue > 0 {
+			res.RequeueAfter = s.requeue
+		}
+	}()
+
+	if s.paused {
+		outcome = resultPaused
+		ctrl.LoggerFrom(ctx).V(4).Info("Reconciliation is paused", "reason", pausedCond.Message)
+		return ctrl.Result{}, nil
+	}
+
+	if !lb.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, s)
+}
+
+// reconcileNormal runs the phases of a LoadBalancer that is not being deleted.
+func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) error {
+	if s.invalid = Validate(s.lb, r.Backends); len(s.invalid) > 0 {
+		return r.reconcileInvalid(ctx, s)
+	}
+	b, err := r.Backends.Get(s.lb.Spec.Backend.Kind())
+	if err != nil {
+		return err // Validate checked it; unreachable unless the registry changed.
+	}
+	s.backend = b
+	s.lb.Status.Backend = b.Kind()
+
+	var errs []error
+	if err := r.reconcileAdoption(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.reconcileMembers(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.reconcileEndpoint(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if s.ensureErr != nil {
+		errs = append(errs, s.ensureErr)
+	}
+	return errors.Join(errs...)
+}
+
+// patchLoadBalancer writes what the reconcile changed. Metadata and spec (finalizer removal,
+// an adopted endpoint) go through CAPI's patch helper. The status goes in one merge patch of its
+// own: the patch helper writes conditions and the other status fields in two patches, conditions
+// first, so a reader could see Ready or ClusterEndpoint before the endpoint and targets they
+// describe (`kubectl wait --for=condition=Ready` followed by reading status.endpoint would get
+// nothing). One patch keeps the status consistent and costs one write instead of two. caplb is
+// the only writer of a LoadBalancer's status, and cacheBehind keeps the base current, so the patch
+// needs no optimistic lock.
+func (r *LoadBalancerReconciler) patchLoadBalancer(ctx context.Context, helper *patch.Helper, before, lb *lbv1.LoadBalancer) error {
+	status := lb.Status.DeepCopy()
+	lb.Status = *before.Status.DeepCopy()
+	if err := helper.Patch(ctx, lb); err != nil {
+		lb.Status = *status
+		return err
+	}
+	lb.Status = *status
+	if statusJSON(lb) == statusJSON(before) {
+		return nil
+	}
+	base := before.DeepCopy()
+	base.ObjectMeta = *lb.ObjectMeta.DeepCopy()
+	base.Spec = *lb.Spec.DeepCopy()
+	if err := r.Client.Status().Patch(ctx, lb, client.MergeFrom(base)); err != nil {
+		if apierrors.IsNotFound(err) && !lb.DeletionTimestamp.IsZero() && len(lb.Finalizers) == 0 {
+			return nil // deleted once our finalizer went
+		}
+		return fmt.Errorf("patching LoadBalancer status: %w", err)
+	}
+	r.remember(lb)
+	return nil
+}

@@ -1,0 +1,112 @@
+// Package controllers holds caplb's management-side controller: the LoadBalancer reconciler,
+// which picks a LoadBalancer's members, runs each member's state machine through a backend,
+// holds CAPI pre-drain deletion hooks on member Machines, and publishes the endpoint to the
+// LoadBalancer's status, the Cluster and the control plane.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/providers"
+	"github.com/caplb/caplb/providers/static"
+)
+
+// DefaultMaxConcurrentReconciles is the number of LoadBalancers reconciled in parallel when
+// Options.MaxConcurrentReconciles is 0. Reconciles mostly wait on the API server (a new
+// LoadBalancer's takes three round trips: members, Cluster, status), so many more workers than
+// cores pay off; they cost a goroutine each.
+const DefaultMaxConcurrentReconciles = 20
+
+// ControllerName is the default name of the controller (logs, metrics, events' reporter).
+const ControllerName = "loadbalancer"
+
+// Options tunes Setup. Every field is optional.
+type Options struct {
+	// MaxConcurrentReconciles bounds parallel reconciles; 0 means DefaultMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+	// Backends are added to the registry next to the built-in static backend (the ARP, BGP and
+	// WireGuard backends register here). A backend whose Kind is "static" replaces the built-in
+	// one, e.g. a static backend with a test dialer.
+	Backends []providers.Backend
+	// MetricsRegisterer receives the controller's metrics; nil means controller-runtime's
+	// registry, served on the manager's metrics endpoint.
+	MetricsRegisterer prometheus.Registerer
+	// ControllerName overrides ControllerName, e.g. to run two managers in one process.
+	ControllerName string
+	// SkipNameValidation lets a second controller of the same name be created in one process
+	// (controller-runtime refuses by default). Tests that restart a manager set it.
+	SkipNameValidation bool
+	// Now is the clock; nil means time.Now. Tests that fix it should fix the backends' too.
+	Now func() time.Time
+}
+
+// AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events), CAPI
+// core v1beta2 (Clusters, Machines) and caplb's LoadBalancer.
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, lbv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Setup registers the field indexes, the backends, the metrics and the LoadBalancer reconciler
+// on mgr. The manager's scheme must include AddToScheme's types.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+
+	backends := []providers.Backend{}
+	hasStatic := false
+	for _, b := range opts.Backends {
+		hasStatic = hasStatic || b.Kind() == static.Kind
+		backends = append(backends, b)
+	}
+	if !hasStatic {
+		backends = append(backends, &static.Backend{Now: opts.Now})
+	}
+	reg, err := providers.NewRegistry(backends...)
+	if err != nil {
+		return err
+	}
+
+	regr := opts.MetricsRegisterer
+	if regr == nil {
+		regr = ctrlmetrics.Registry
+	}
+	metrics, err := newMetrics(regr)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+
+	name := opts.ControllerName
+	if name == "" {
+		name = ControllerName
+	}
+	r := &LoadBalancerReconciler{
+		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		RESTMapper: mgr.GetRESTMapper(),
+		Recorder:   mgr.GetEventRecorder("caplb-" + name),
+		Backends:   reg,
+		Metrics:    metrics,
+		Now:        opts.Now,
+	}
+	workers := opts.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = DefaultMaxConcurrentReconciles
+	}
+	return r.setupWithManager(mgr, name, workers, opts.SkipNameValidation)
+}

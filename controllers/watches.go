@@ -1,0 +1,185 @@
+package controllers
+
+import (
+	"context"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+)
+
+func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string, workers int, skipNameValidation bool) error {
+	opts := controller.Options{MaxConcurrentReconciles: workers}
+	if skipNameValidation {
+		t := true
+		opts.SkipNameValidation = &t
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(name).
+		WithOptions(opts).
+		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged)).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.machineToLoadBalancers),
+			builderPredicates(memberChanged(machineView))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLoadBalancers),
+			builderPredicates(memberChanged(nodeView))).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
+			builderPredicates(clusterChanged)).
+		Complete(r)
+}
+
+// lbChanged passes LoadBalancer updates that need a reconcile: spec (generation), labels,
+// annotations (pause), finalizers (the first reconcile returns after adding ours) and deletion —
+// not our own status patches, which would only cause a second, idle reconcile per change.
+func lbChanged(old, new client.Object) bool {
+	return old.GetGeneration() != new.GetGeneration() ||
+		!reflect.DeepEqual(old.GetAnnotations(), new.GetAnnotations()) ||
+		!reflect.DeepEqual(old.GetLabels(), new.GetLabels()) ||
+		!reflect.DeepEqual(old.GetFinalizers(), new.GetFinalizers()) ||
+		!old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp())
+}
+
+// memberView is the part of a member object the controller reacts to.
+type memberView struct {
+	Labels, Annotations map[string]string
+	Deleting            bool
+	Ready               bool
+	Addresses           map[string]string
+	ClusterName         string
+}
+
+func machineView(o client.Object) memberView {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok {
+		return memberView{}
+	}
+	v := memberView{Labels: m.Labels, Annotations: m.Annotations, Deleting: !m.DeletionTimestamp.IsZero(),
+		Ready: conditions.IsTrue(m, clusterv1.ReadyCondition), ClusterName: m.Spec.ClusterName,
+		Addresses: map[string]string{}}
+	for _, a := range m.Status.Addresses {
+		v.Addresses[string(a.Type)+"/"+a.Address] = a.Address
+	}
+	return v
+}
+
+func nodeView(o client.Object) memberView {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return memberView{}
+	}
+	v := memberView{Labels: n.Labels, Annotations: n.Annotations, Deleting: !n.DeletionTimestamp.IsZero(),
+		Addresses: map[string]string{}}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			v.Ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		v.Addresses[string(a.Type)+"/"+a.Address] = a.Address
+	}
+	return v
+}
+
+// memberChanged passes member updates that can change a LoadBalancer's decision; CAPI rewrites
+// Machine status often (condition messages, timestamps), and Node heartbeats are frequent.
+func memberChanged(view func(client.Object) memberView) func(old, new client.Object) bool {
+	return func(old, new client.Object) bool {
+		return !reflect.DeepEqual(view(old), view(new))
+	}
+}
+
+// clusterChanged passes Cluster spec changes (pause, endpoint, controlPlaneRef), pause
+// annotations and deletion.
+func clusterChanged(old, new client.Object) bool {
+	return old.GetGeneration() != new.GetGeneration() ||
+		!reflect.DeepEqual(old.GetAnnotations(), new.GetAnnotations()) ||
+		!old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp())
+}
+
+// builderPredicates passes creates, deletes and generic events, and updates for which changed
+// is true.
+func builderPredicates(changed func(old, new client.Object) bool) builder.Predicates {
+	return builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return changed(e.ObjectOld, e.ObjectNew) },
+	})
+}
+
+// machineToLoadBalancers maps a Machine to the LoadBalancers that may care: the one its name
+// annotation names, those its caplb hooks name, and every LoadBalancer of its Cluster (its
+// selector may now match). All lookups go through cache indexes.
+func (r *LoadBalancerReconciler) machineToLoadBalancers(ctx context.Context, o client.Object) []reconcile.Request {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok {
+		return nil
+	}
+	reqs := map[client.ObjectKey]bool{}
+	if n := m.Annotations[lbv1.NameAnnotation]; n != "" {
+		reqs[client.ObjectKey{Namespace: m.Namespace, Name: n}] = true
+	}
+	for k := range m.Annotations {
+		if len(k) > len(hookKeyPrefix) && k[:len(hookKeyPrefix)] == hookKeyPrefix {
+			// Long names are hashed in the key and cannot be mapped back; the name annotation
+			// covers them.
+			reqs[client.ObjectKey{Namespace: m.Namespace, Name: k[len(hookKeyPrefix):]}] = true
+		}
+	}
+	if m.Spec.ClusterName != "" {
+		var lbs lbv1.LoadBalancerList
+		if err := r.Client.List(ctx, &lbs, client.InNamespace(m.Namespace),
+			client.MatchingFields{indexLBClusterName: m.Spec.ClusterName}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing LoadBalancers of a Machine's Cluster")
+		}
+		for i := range lbs.Items {
+			reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+		}
+	}
+	return toRequests(reqs)
+}
+
+// nodeToLoadBalancers maps a Node to the LoadBalancers that target Nodes (few: one per cluster
+// that balances itself).
+func (r *LoadBalancerReconciler) nodeToLoadBalancers(ctx context.Context, _ client.Object) []reconcile.Request {
+	var lbs lbv1.LoadBalancerList
+	if err := r.Client.List(ctx, &lbs, client.MatchingFields{indexLBTargetKind: lbv1.NodeKind}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing LoadBalancers that target Nodes")
+		return nil
+	}
+	reqs := map[client.ObjectKey]bool{}
+	for i := range lbs.Items {
+		reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+	}
+	return toRequests(reqs)
+}
+
+// clusterToLoadBalancers maps a Cluster to the LoadBalancers whose spec.clusterName names it.
+func (r *LoadBalancerReconciler) clusterToLoadBalancers(ctx context.Context, o client.Object) []reconcile.Request {
+	var lbs lbv1.LoadBalancerList
+	if err := r.Client.List(ctx, &lbs, client.InNamespace(o.GetNamespace()),
+		client.MatchingFields{indexLBClusterName: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing LoadBalancers of a Cluster")
+		return nil
+	}
+	reqs := map[client.ObjectKey]bool{}
+	for i := range lbs.Items {
+		reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+	}
+	return toRequests(reqs)
+}
+
+func toRequests(keys map[client.ObjectKey]bool) []reconcile.Request {
+	out := make([]reconcile.Request, 0, len(keys))
+	for k := range keys {
+		out = append(out, reconcile.Request{NamespacedName: k})
+	}
+	return out
+}
