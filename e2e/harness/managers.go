@@ -1,0 +1,180 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	"sigs.k8s.io/cluster-api/core/setup"
+	"sigs.k8s.io/cluster-api/util/index"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/caplb/caplb/controllers"
+	"github.com/caplb/caplb/e2e/testinfra"
+)
+
+// stopTimeout bounds how long Stop waits for a manager to shut down.
+const stopTimeout = 60 * time.Second
+
+// Running is a started controller-runtime manager.
+type Running struct {
+	// Manager is the running manager, e.g. for GetClient.
+	Manager manager.Manager
+	name    string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// Stop cancels the manager and waits until it has shut down (its controllers have returned).
+// It is safe to call more than once.
+func (r *Running) Stop() error {
+	if r == nil || r.cancel == nil {
+		return nil
+	}
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.done <- err // keep the result for a second Stop
+		if err != nil {
+			return fmt.Errorf("%s manager: %w", r.name, err)
+		}
+		return nil
+	case <-time.After(stopTimeout):
+		return fmt.Errorf("%s manager did not stop within %s", r.name, stopTimeout)
+	}
+}
+
+// start runs mgr until ctx is cancelled or Stop is called, and waits for its caches to sync.
+func start(ctx context.Context, name string, mgr manager.Manager) (*Running, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &Running{Manager: mgr, name: name, ctx: ctx, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- mgr.Start(ctx) }()
+	syncCtx, syncCancel := context.WithTimeout(ctx, 60*time.Second)
+	defer syncCancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		return nil, errors.Join(fmt.Errorf("%s manager: caches did not sync", name), r.Stop())
+	}
+	return r, nil
+}
+
+func (e *Env) managerOptions() manager.Options {
+	return manager.Options{
+		Scheme:                 e.Scheme,
+		Logger:                 e.Logger,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Controller names are unique per process; a restarted manager registers the same
+		// names again.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
+// StartCAPI starts CAPI's real Cluster and Machine reconcilers, with the ClusterCache they need
+// to reach workload clusters, and the test infrastructure provider, set up the way CAPI's own
+// manager and envtest suites set them up.
+func (e *Env) StartCAPI(ctx context.Context) (*Running, error) {
+	opts := e.managerOptions()
+	opts.Cache = setup.ManagerCacheOptions(e.Scheme, "caplb-test-capi", "", 10*time.Minute)
+	opts.Client = setup.ManagerClientOptions()
+	mgr, err := ctrl.NewManager(e.Config, opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating CAPI manager: %w", err)
+	}
+	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("adding CAPI indexes: %w", err)
+	}
+	secretClient, err := setup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return nil, fmt.Errorf("creating secret caching client: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretClient,
+		Cache:        setup.ClusterCacheCacheOptions(),
+		Client:       setup.ClusterCacheClientOptions("caplb-test-capi", 50, 100),
+	}, controller.Options{MaxConcurrentReconciles: 10})
+	if err != nil {
+		return nil, fmt.Errorf("creating ClusterCache: %w", err)
+	}
+	// CAPI's suites shorten the retry interval too: the default (30s) would make a test that
+	// races the first connection wait half a minute.
+	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
+		s.SetConnectionCreationRetryInterval(2 * time.Second)
+	}
+	if err := (&clusterreconciler.Reconciler{
+		Client:                      mgr.GetClient(),
+		APIReader:                   mgr.GetAPIReader(),
+		ClusterCache:                cc,
+		RemoteConnectionGracePeriod: 2 * time.Minute,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 5}); err != nil {
+		return nil, fmt.Errorf("setting up CAPI Cluster reconciler: %w", err)
+	}
+	if err := (&machinereconciler.Reconciler{
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		ClusterCache: cc,
+		// CAPI refuses less than 2m (the ClusterCache must drop a dead connection first).
+		RemoteConditionsGracePeriod: 5 * time.Minute,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 5}); err != nil {
+		return nil, fmt.Errorf("setting up CAPI Machine reconciler: %w", err)
+	}
+	if err := (&testinfra.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Workload:  mgr.GetClient(),
+	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: 5}); err != nil {
+		return nil, fmt.Errorf("setting up test infrastructure provider: %w", err)
+	}
+	r, err := start(ctx, "CAPI", mgr)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-r.ctx.Done()
+		if s, ok := cc.(interface{ Shutdown() }); ok {
+			s.Shutdown()
+		}
+	}()
+	return r, nil
+}
+
+// CAPLBOptions tunes StartCAPLB.
+type CAPLBOptions struct {
+	// MaxConcurrentReconciles for caplb's controllers; zero takes the controllers' default.
+	MaxConcurrentReconciles int
+}
+
+// StartCAPLB starts caplb's controllers in a manager of their own. Stop it and call StartCAPLB
+// again to simulate a restart of the caplb Deployment.
+func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	if err := controllers.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("adding caplb types to scheme: %w", err)
+	}
+	opts := e.managerOptions()
+	opts.Scheme = scheme
+	mgr, err := ctrl.NewManager(e.Config, opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating caplb manager: %w", err)
+	}
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		// A restarted manager registers the same controller name again in this process.
+		SkipNameValidation: true,
+	}); err != nil {
+		return nil, fmt.Errorf("setting up caplb controllers: %w", err)
+	}
+	return start(ctx, "caplb", mgr)
+}

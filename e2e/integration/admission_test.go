@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"io/fs"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/config/samples"
+	"github.com/caplb/caplb/e2e/harness"
+)
+
+// lbObject builds a LoadBalancer as a user's manifest would, as unstructured: a typed client
+// would drop the zero values (port: 0) these cases send on purpose.
+func lbObject(ns, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(lbv1.GroupVersion.WithKind("LoadBalancer"))
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+func validSpec() map[string]any {
+	return map[string]any{
+		"clusterName": "c",
+		"endpoint":    map[string]any{"host": "api.example.com", "port": int64(6443)},
+		"backend":     map[string]any{"static": map[string]any{}},
+	}
+}
+
+// Bad manifests are rejected by the API server with messages that name the field.
+func testAdmission(t *testing.T, s *suite) {
+	ctx := t.Context()
+	ns, err := s.env.CreateNamespace(ctx, "admission")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	creates := []struct {
+		name   string
+		mutate func(spec map[string]any)
+		// want are substrings the rejection message must contain.
+		want []string
+	}{
+		{"no backend", func(s map[string]any) { s["backend"] = map[string]any{} }, []string{"spec.backend"}},
+		{"two backends", func(s map[string]any) {
+			// Only static is served so far, so the second backend is an unknown field; strict
+			// field validation rejects it naming the field.
+			s["backend"] = map[string]any{"static": map[string]any{}, "arp": map[string]any{}}
+		}, []string{"spec.backend"}},
+		{"endpoint port 0", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "api.example.com", "port": int64(0)}
+		}, []string{"spec.endpoint.port"}},
+		{"endpoint port 70000", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "api.example.com", "port": int64(70000)}
+		}, []string{"spec.endpoint.port"}},
+		{"targetPort 0", func(s map[string]any) { s["targetPort"] = int64(0) }, []string{"spec.targetPort"}},
+		{"targetPort 70000", func(s map[string]any) { s["targetPort"] = int64(70000) }, []string{"spec.targetPort"}},
+		{"host with scheme", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "https://api.example.com", "port": int64(6443)}
+		}, []string{"spec.endpoint.host", "without scheme"}},
+		{"host with port", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "api.example.com:6443", "port": int64(6443)}
+		}, []string{"spec.endpoint.host"}},
+		{"Machine targets without clusterName", func(s map[string]any) { delete(s, "clusterName") },
+			[]string{"spec.clusterName", "required"}},
+		{"unknown target kind", func(s map[string]any) {
+			s["targetKind"] = map[string]any{"apiGroup": "apps", "kind": "Deployment"}
+		}, []string{"spec.targetKind"}},
+		{"drain longer than timeout", func(s map[string]any) {
+			s["quiesce"] = map[string]any{"drainPeriod": "5m", "timeout": "1m"}
+		}, []string{"spec.quiesce", "drainPeriod"}},
+	}
+	for _, tc := range creates {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			spec := validSpec()
+			tc.mutate(spec)
+			err := s.env.Client.Create(ctx, lbObject(ns, "bad", spec), client.FieldValidation("Strict"))
+			g.Expect(err).To(HaveOccurred(), "the API server accepted it")
+			g.Expect(apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)).To(BeTrue(), "%v", err)
+			for _, w := range tc.want {
+				g.Expect(err.Error()).To(ContainSubstring(w))
+			}
+			t.Logf("rejected: %v", err)
+		})
+	}
+
+	updates := []struct {
+		name   string
+		mutate func(spec map[string]any)
+		want   []string
+	}{
+		{"change endpoint host", func(s map[string]any) {
+			s["endpoint"].(map[string]any)["host"] = "api2.example.com"
+		}, []string{"spec.endpoint", "host cannot change"}},
+		{"change endpoint port", func(s map[string]any) {
+			s["endpoint"].(map[string]any)["port"] = int64(7443)
+		}, []string{"spec.endpoint", "port cannot change"}},
+		{"change backend kind", func(s map[string]any) {
+			// With only static served, "another kind" can only be "no kind"; the message
+			// must still name spec.backend.
+			s["backend"] = map[string]any{}
+		}, []string{"spec.backend"}},
+		{"change clusterName", func(s map[string]any) { s["clusterName"] = "other" },
+			[]string{"spec.clusterName", "immutable"}},
+	}
+	for i, tc := range updates {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			name := "good-" + string(rune('a'+i))
+			g.Expect(s.env.Client.Create(ctx, lbObject(ns, name, validSpec()))).To(Succeed())
+			// A conflict with the controller's own writes (finalizer, status) is retried; the
+			// first other answer must be the rejection.
+			err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(lbv1.GroupVersion.WithKind("LoadBalancer"))
+				if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+					return err
+				}
+				spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+				tc.mutate(spec)
+				if err := unstructured.SetNestedMap(u.Object, spec, "spec"); err != nil {
+					return err
+				}
+				return s.env.Client.Update(ctx, u)
+			})
+			g.Expect(err).To(HaveOccurred(), "the API server accepted the update")
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			for _, w := range tc.want {
+				g.Expect(err.Error()).To(ContainSubstring(w))
+			}
+			t.Logf("rejected: %v", err)
+		})
+	}
+}
+
+// The user-facing samples in config/samples are valid manifests: the API server accepts each
+// object (server-side dry run, so schema and CEL rules run and nothing is stored).
+func testSamplesValid(t *testing.T, s *suite) {
+	entries, err := fs.ReadDir(samples.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		t.Run(e.Name(), func(t *testing.T) {
+			g := NewWithT(t)
+			data, err := fs.ReadFile(samples.FS, e.Name())
+			g.Expect(err).NotTo(HaveOccurred())
+			objs, err := harness.Decode(data)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(objs).NotTo(BeEmpty())
+			for _, o := range objs {
+				g.Expect(s.env.Client.Create(t.Context(), o, client.DryRunAll, client.FieldValidation("Strict"))).
+					To(Succeed(), "%s %s", o.GetKind(), o.GetName())
+			}
+		})
+		n++
+	}
+	if n < 4 {
+		t.Fatalf("expected the user-facing samples in config/samples, found %d files", n)
+	}
+}

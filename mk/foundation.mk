@@ -1,0 +1,18 @@
+# Foundation (issue 2): the demo on the test control plane and the controller benchmark.
+# The integration suite (e2e/integration) runs in `make test`; it needs the control-plane
+# binaries, hence testbin in TEST_DEPS (cheap once built).
+
+TEST_DEPS += testbin
+
+.PHONY: demo bench-controller
+
+demo: testbin ## Run caplb against CAPI's real reconcilers on a test control plane and print a timeline.
+	$(GO) run ./e2e/demo
+
+# N LoadBalancers x 3 Machines; the brief's goal is stated for N=1000.
+N ?= 1000
+BENCH_CHANGES ?= 300
+bench-controller: testbin build ## Benchmark the manager binary: N LoadBalancers x 3 Machines (N=1000), JSON to $BENCH_OUT.
+	@mkdir -p $(OUT)
+	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-controller.json} \
+	  $(GO) run ./e2e/bench/controller -n $(N) -changes $(BENCH_CHANGES) -binary $(OUT)/bin/caplb
