@@ -69,7 +69,7 @@ func Validate(lb *lbv1.LoadBalancer, reg *providers.Registry) field.ErrorList {
 			fmt.Sprintf("must not exceed spec.healthCheck.interval (%s): shorten the timeout or probe less often", hc.EffectiveInterval())))
 	}
 	q := spec.Quiesce
-	if q.DrainPeriod.Duration < 0 {
+	if q.DrainPeriod != nil && q.DrainPeriod.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("quiesce", "drainPeriod"), q.DrainPeriod.Duration.String(), "must not be negative"))
 	}
 	if q.Timeout.Duration < 0 {

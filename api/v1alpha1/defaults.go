@@ -64,10 +64,10 @@ func (h HealthCheck) EffectiveTimeout() time.Duration {
 	return DefaultProbeTimeout
 }
 
-// EffectiveDrainPeriod returns the drain period or its default. An explicit "0s" cannot be told
-// apart from an unset field in Go, so a zero drain period is spelled with a tiny value ("1ms").
+// EffectiveDrainPeriod returns the drain period, or its default when unset. An explicit "0s"
+// means no drain: the field is a pointer so that zero and unset differ.
 func (q Quiesce) EffectiveDrainPeriod() time.Duration {
-	if q.DrainPeriod.Duration > 0 {
+	if q.DrainPeriod != nil {
 		return q.DrainPeriod.Duration
 	}
 	return DefaultDrainPeriod

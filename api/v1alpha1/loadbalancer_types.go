@@ -153,10 +153,10 @@ type HealthCheck struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.drainPeriod) || !has(self.timeout) || duration(self.drainPeriod) <= duration(self.timeout)",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
 type Quiesce struct {
 	// drainPeriod is how long in-flight connections may finish after a member left rotation
-	// before the backend reports it quiesced.
+	// before the backend reports it quiesced. "0s" means no drain; unset means the default.
 	// +optional
 	// +kubebuilder:default="10s"
-	DrainPeriod metav1.Duration `json:"drainPeriod,omitzero"`
+	DrainPeriod *metav1.Duration `json:"drainPeriod,omitempty"`
 
 	// timeout bounds the wait for the backend to confirm a quiesce. When it expires the member is
 	// released anyway (its deletion goes on) and a Warning event says so: caplb never blocks a

@@ -170,7 +170,7 @@ func testNodeTargets(t *testing.T, s *suite) {
 				Interval: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Second},
 			},
 			Quiesce: lbv1.Quiesce{
-				DrainPeriod: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
+				DrainPeriod: &metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
 			},
 		},
 	}

@@ -155,7 +155,7 @@ type lbOption func(*lbv1.LoadBalancer)
 // withDrain sets the quiesce drain period (and a timeout comfortably above it).
 func withDrain(d time.Duration) lbOption {
 	return func(lb *lbv1.LoadBalancer) {
-		lb.Spec.Quiesce = lbv1.Quiesce{DrainPeriod: metav1.Duration{Duration: d}, Timeout: metav1.Duration{Duration: 2*d + time.Minute}}
+		lb.Spec.Quiesce = lbv1.Quiesce{DrainPeriod: &metav1.Duration{Duration: d}, Timeout: metav1.Duration{Duration: 2*d + time.Minute}}
 	}
 }
 
@@ -173,7 +173,7 @@ func (f *fixture) createLB(t *testing.T, host string, port int32, opts ...lbOpti
 				Interval: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Second},
 			},
 			Quiesce: lbv1.Quiesce{
-				DrainPeriod: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
+				DrainPeriod: &metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
 			},
 		},
 	}

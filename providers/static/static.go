@@ -110,16 +110,18 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 	return b.ensureMember(lb, members), nil
 }
 
-// ensureFixed publishes spec.endpoint: an externally managed load balancer. Every member whose
-// state is in rotation is in rotation at once: the external load balancer does its own health
-// checks, and caplb cannot see inside it.
+// ensureFixed publishes spec.endpoint: an externally managed load balancer. Every ready member
+// whose state is in rotation is in rotation at once: the external load balancer does its own
+// health checks, and caplb cannot see inside it.
 func (b *Backend) ensureFixed(ctx context.Context, lb *lbv1.LoadBalancer, members []providers.Member) providers.EndpointStatus {
 	st := providers.EndpointStatus{
 		Endpoint:   lbv1.APIEndpoint{Host: lb.Spec.Endpoint.Host, Port: lb.Spec.EffectivePort()},
 		InRotation: map[string]bool{},
 	}
 	for _, m := range members {
-		if m.State.InRotation() {
+		// A member that is not ready yet (a Machine still provisioning) is not counted as
+		// active even though the external load balancer may already list it.
+		if m.State.InRotation() && m.Ready {
 			st.InRotation[m.Name] = true
 		}
 	}

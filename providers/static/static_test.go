@@ -75,8 +75,8 @@ func TestFixedEndpointProbe(t *testing.T) {
 	g.Expect(st.Endpoint).To(Equal(lbv1.APIEndpoint{Host: "127.0.0.1", Port: port}))
 	g.Expect(st.Available).To(BeTrue())
 	g.Expect(st.Reason).To(Equal(lbv1.EndpointAvailableReason))
-	g.Expect(st.InRotation).To(Equal(map[string]bool{"m1": true, "m2": true}),
-		"every member whose state is in rotation, ready or not: the external LB checks health itself")
+	g.Expect(st.InRotation).To(Equal(map[string]bool{"m1": true}),
+		"only ready members whose state is in rotation count: m2 is not ready, m3 is disabled")
 	g.Expect(st.RequeueAfter).To(Equal(lbv1.DefaultProbeInterval))
 	g.Expect(dialer.n.Load()).To(Equal(int32(1)))
 
@@ -217,7 +217,7 @@ func TestQuiesce(t *testing.T) {
 	clock := now
 	b := &Backend{Now: func() time.Time { return clock }}
 	lb := newLB()
-	lb.Spec.Quiesce.DrainPeriod = metav1.Duration{Duration: 10 * time.Second}
+	lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 10 * time.Second}
 	m := providers.Member{Name: "m1", Addresses: map[string]string{"InternalIP": "10.0.0.1"}, State: lbv1.TargetRemoving, Since: now}
 
 	t.Run("member still carries the endpoint", func(t *testing.T) {
@@ -273,4 +273,21 @@ func TestValidate(t *testing.T) {
 	g.Expect(b.Validate(lb)).To(BeEmpty(), "an external LB may listen on any port")
 	lb.Spec.Backend.Static = nil
 	g.Expect(b.Validate(lb)).To(HaveLen(1))
+}
+
+func TestFixedEndpointRotatesOnlyReadyMembers(t *testing.T) {
+	g := NewWithT(t)
+	b := &Backend{Dialer: failDialer{}}
+	lb := newLB()
+	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: "api.example.com"}
+	lb.Spec.HealthCheck.Disabled = true
+	members := []providers.Member{
+		{Name: "ready", State: lbv1.TargetAdding, Ready: true},
+		{Name: "provisioning", State: lbv1.TargetAdding, Ready: false},
+		{Name: "disabled", State: lbv1.TargetDisabled, Ready: true},
+	}
+	st, err := b.Ensure(context.Background(), lb, members)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.InRotation).To(Equal(map[string]bool{"ready": true}),
+		"a Machine still provisioning must not count as active behind an external load balancer")
 }

@@ -86,16 +86,14 @@ func (p *population) createOne(ctx context.Context, i int) error {
 			return err
 		}
 	}
-	// A (practically) zero drain period: the steady-state probe measures the controller's
-	// reaction to a change, not a configured wait. 1ms rather than 0s, because the API reads a
-	// zero drainPeriod as "unset" and applies the 10s default (api/v1alpha1/defaults.go).
-	// Unstructured, so that the value is sent exactly as written.
+	// A zero drain period: the steady-state probe measures the controller's reaction to a
+	// change, not a configured wait. Unstructured, so that the value is sent exactly as written.
 	lb := &unstructured.Unstructured{Object: map[string]any{
 		"spec": map[string]any{
 			"clusterName": clusterName(i),
 			"endpoint":    map[string]any{"host": p.endpoint.Host, "port": int64(p.endpoint.Port)},
 			"backend":     map[string]any{"static": map[string]any{}},
-			"quiesce":     map[string]any{"drainPeriod": "1ms", "timeout": "1m"},
+			"quiesce":     map[string]any{"drainPeriod": "0s", "timeout": "1m"},
 		},
 	}}
 	lb.SetGroupVersionKind(lbv1.GroupVersion.WithKind("LoadBalancer"))
