@@ -1,0 +1,62 @@
+// Command standin is a stand-in API server for the network lab: a TLS
+// /readyz that fails while a file exists (so tests fail the health check on
+// demand), and a plain TCP service on the API port that answers every
+// connection with the node's name (so a client sees which node the VIP led
+// it to).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+func main() {
+	name := flag.String("name", "", "node name to answer with")
+	service := flag.String("service-listen", ":6443", "plain TCP service that writes the node name")
+	readyz := flag.String("readyz-listen", "127.0.0.1:6444", "HTTPS /readyz listener")
+	cert := flag.String("cert", "", "TLS certificate (PEM)")
+	key := flag.String("key", "", "TLS key (PEM)")
+	failFile := flag.String("fail-file", "", "while this file exists /readyz answers 500")
+	flag.Parse()
+	if *name == "" || *cert == "" || *key == "" {
+		log.Fatal("standin: -name, -cert and -key are required")
+	}
+
+	ln, err := net.Listen("tcp", *service)
+	if err != nil {
+		log.Fatalf("standin: service: %v", err)
+	}
+	go func() {
+		reply := []byte(*name + "\n")
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				log.Fatalf("standin: accept: %v", err)
+			}
+			go func() {
+				_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+				_, _ = c.Write(reply)
+				_ = c.Close()
+			}()
+		}
+	}()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if *failFile != "" {
+			if _, err := os.Stat(*failFile); err == nil {
+				http.Error(w, "[-]stand-in failing on demand", http.StatusInternalServerError)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Addr: *readyz, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Printf("standin %s: service %s, readyz https://%s/readyz", *name, *service, *readyz)
+	log.Fatal(srv.ListenAndServeTLS(*cert, *key))
+}

@@ -1,0 +1,383 @@
+// Package agent is the node agent: on each control-plane node it checks the
+// local API server, takes part in the election (modes/election) and drives the
+// data plane (modes/arp or modes/bgp) through dataplane.Desired. The loop is:
+// health → eligibility → election → Desired → Sync.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/caplb/caplb/modes/arp"
+	"github.com/caplb/caplb/modes/dataplane"
+	"github.com/caplb/caplb/modes/election"
+)
+
+// membership is what the agent needs from modes/election.
+type membership interface {
+	View() election.View
+	SetMeta(election.Meta)
+	Changed() <-chan struct{}
+	ConfirmQuorum() (reached, needed int)
+	Leave(timeout time.Duration) error
+	Close() error
+}
+
+// health is what the agent needs from the health checker.
+type health interface {
+	state() (healthy bool, detail string)
+}
+
+// dataplaneStatus is implemented by data planes that can explain themselves
+// (modes/arp).
+type dataplaneStatus interface {
+	Status() arp.Status
+}
+
+// quieter is implemented by data planes that can keep the VIPs while no
+// longer announcing them (modes/arp): the hand-over's drain.
+type quieter interface {
+	SetQuiet(quiet bool)
+}
+
+// Agent holds one node's role. Create it with newAgent; Run drives it.
+type Agent struct {
+	cfg    *Config
+	log    logr.Logger
+	dp     dataplane.Dataplane
+	ml     membership // nil in bgp mode: every eligible member announces
+	health health
+	m      *metrics
+	vips   []netip.Addr
+
+	wake     chan struct{}
+	quiesceC chan bool
+
+	// Loop state, owned by the loop goroutine.
+	holding       bool
+	quiescing     bool
+	exiting       bool
+	quorumSince   time.Time
+	handoverStart time.Time
+	successorAt   time.Time
+	successor     string
+	lastSync      time.Time
+	transitions   int
+	confirmFailAt time.Time
+	claimSince    time.Time
+	handingOver   bool
+	lastReason    string
+	lastChange    time.Time
+	waitingReason string
+
+	mu     sync.Mutex
+	status Status
+}
+
+const (
+	// tick bounds how late time-based steps (settle, drain, timeouts) run.
+	tick = 25 * time.Millisecond
+	// resync re-applies the desired state even without a change, so an
+	// address removed behind the agent's back comes back.
+	resync = time.Second
+	// leaveTimeout bounds the goodbye broadcast on exit.
+	leaveTimeout = 500 * time.Millisecond
+)
+
+func newAgent(cfg *Config, log logr.Logger, dp dataplane.Dataplane, ml membership, h health, m *metrics) *Agent {
+	return &Agent{
+		cfg: cfg, log: log, dp: dp, ml: ml, health: h, m: m, vips: cfg.ParsedVIPs(),
+		wake: make(chan struct{}, 1), quiesceC: make(chan bool, 4),
+	}
+}
+
+// Wake asks the loop to re-evaluate now (health change).
+func (a *Agent) Wake() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Quiesce asks the agent to hand the VIP over and stay out of the election
+// (on=true), or to take part again (on=false).
+func (a *Agent) Quiesce(on bool) { a.quiesceC <- on }
+
+// Run runs the loop until ctx ends, then hands over (make-before-break, at
+// most quiesce.handoverTimeout), leaves the group and returns. force ending
+// skips the hand-over. The data plane is closed (VIPs removed) on every path.
+func (a *Agent) Run(ctx, force context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("agent loop panicked: %v", r)
+		}
+		a.shutdown()
+	}()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var changed <-chan struct{}
+	if a.ml != nil {
+		changed = a.ml.Changed()
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case <-force.Done():
+			a.log.Info("exiting without hand-over", "reason", "second signal")
+			return nil
+		case <-done:
+			done = nil
+			a.exiting, a.quiescing = true, true
+			a.handoverStart = time.Now()
+			a.log.Info("exit requested: handing over before releasing", "holding", a.holding)
+		case on := <-a.quiesceC:
+			if on != a.quiescing && !a.exiting {
+				a.quiescing = on
+				a.log.Info("quiesce request", "quiescing", on)
+			}
+		case <-a.wake:
+		case <-changed:
+		case <-t.C:
+		}
+		a.step(time.Now())
+		if a.exiting && !a.holding {
+			return nil
+		}
+	}
+}
+
+// step evaluates the situation once and applies the outcome.
+func (a *Agent) step(now time.Time) {
+	healthy, healthDetail := a.health.state()
+	// Once a successor announces the VIPs, the hand-over runs to its end
+	// even if the API server recovers meanwhile: reclaiming as the more
+	// preferred holder would move the VIP back and forth.
+	eligible := healthy && !a.quiescing && !a.handingOver
+	var view election.View
+	var d election.Decision
+	if a.ml != nil {
+		a.ml.SetMeta(a.meta(eligible))
+		view = a.ml.View()
+		d = election.Decide(view)
+	}
+	if d.Quorum && a.quorumSince.IsZero() {
+		a.quorumSince = now
+	} else if !d.Quorum {
+		a.quorumSince = time.Time{}
+	}
+	if !eligible && a.holding && a.handoverStart.IsZero() {
+		a.handoverStart = now
+	}
+	if eligible || !a.holding {
+		a.handoverStart, a.successorAt, a.successor = time.Time{}, time.Time{}, ""
+	}
+
+	want, reason := a.decide(now, eligible, healthy, view, d)
+	// Holding while not eligible is the hand-over: stop announcing so that
+	// the successor's announcements win the neighbours' caches. Going quiet
+	// happens before the sync; leaving quiet after it, so that a release
+	// never announces the VIP it is about to remove.
+	q, _ := a.dp.(quieter)
+	quiet := want && !eligible
+	if q != nil && quiet {
+		q.SetQuiet(true)
+	}
+	defer func() {
+		if q != nil && !quiet {
+			q.SetQuiet(false)
+		}
+	}()
+	a.waitingReason = ""
+	if want == a.holding && reason != d.Reason {
+		a.waitingReason = reason
+	}
+	if want != a.holding || now.Sub(a.lastSync) >= resync {
+		if err := a.dp.Sync(context.Background(), dataplane.Desired{Announce: want, VIPs: a.vips}); err != nil {
+			a.log.Error(err, "data plane sync failed; retrying", "announce", want)
+			if want {
+				// Not announcing yet: do not tell the others we hold.
+				want = a.holding
+			}
+		} else {
+			a.lastSync = now
+		}
+	}
+	if want != a.holding {
+		a.holding = want
+		a.transitions++
+		a.lastReason, a.lastChange = reason, now
+		a.m.transition(want)
+		if want {
+			a.log.Info("became owner: VIPs added and announced", "reason", reason, "vips", a.cfg.VIPs)
+		} else {
+			a.log.Info("released the VIPs", "reason", reason)
+		}
+		a.handoverStart, a.successorAt, a.successor = time.Time{}, time.Time{}, ""
+		if !want {
+			a.handingOver = false
+		}
+		if a.ml != nil {
+			a.ml.SetMeta(a.meta(eligible))
+		}
+	}
+	a.publish(now, healthy, healthDetail, eligible, view, d)
+}
+
+// decide returns whether this node should hold the VIPs and why.
+func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d election.Decision) (bool, string) {
+	if a.cfg.Mode == ModeBGP {
+		if eligible {
+			return true, "eligible (bgp: every eligible member announces)"
+		}
+		return false, "not eligible: " + a.ineligibleReason(healthy)
+	}
+	self := a.cfg.NodeName
+	settled := !a.quorumSince.IsZero() && now.Sub(a.quorumSince) >= a.cfg.Election.Settle.Duration
+	if a.holding || !(eligible && d.Quorum && d.Owner == self) {
+		a.claimSince = time.Time{}
+	}
+	switch {
+	case !d.Quorum:
+		return false, d.Reason
+	case eligible && d.Owner == self:
+		if a.holding {
+			return true, d.Reason
+		}
+		if !settled {
+			return false, "quorum regained; settling before claiming"
+		}
+		// Members ahead of us in preference that are alive may be eligible
+		// with news that has not reached us yet (a quiesce cancelled, a
+		// health check recovered): give their claim a head start, a few
+		// gossip rounds each, rather than claim together and flip the
+		// neighbours' caches twice. With the owner dead and nobody alive
+		// ahead, there is no wait.
+		if a.claimSince.IsZero() {
+			a.claimSince = now
+		}
+		if wait := time.Duration(aliveAhead(v, self)) * claimStagger(a.cfg); now.Sub(a.claimSince) < wait {
+			return false, fmt.Sprintf("claim staggered %v behind members preferred over this one", wait)
+		}
+		if now.Sub(a.confirmFailAt) < a.cfg.Election.ProbeInterval.Duration {
+			return false, "claim withheld: a majority did not answer direct pings"
+		}
+		if reached, needed := a.ml.ConfirmQuorum(); reached < needed {
+			a.confirmFailAt = now
+			return false, fmt.Sprintf("claim withheld: %d of %d needed members answered direct pings", reached, needed)
+		}
+		return true, d.Reason
+	case eligible:
+		if a.holding {
+			return false, "yielding: " + d.Reason
+		}
+		return false, d.Reason
+	case !a.holding:
+		return false, "not eligible: " + a.ineligibleReason(healthy)
+	}
+
+	// Holding but not eligible: make-before-break hand-over. Keep the VIPs
+	// until another member announces them (plus the drain period when
+	// quiescing), so that clients never find nobody at the VIP.
+	successor, candidate := "", false
+	for _, m := range v.Members {
+		if m.Name == self || !m.Alive {
+			continue
+		}
+		if m.Meta.Holding && m.Meta.Eligible && successor == "" {
+			successor = m.Name
+		}
+		candidate = candidate || m.Meta.Eligible
+	}
+	if successor != "" {
+		a.handingOver = true
+		if a.successor != successor {
+			a.successor, a.successorAt = successor, now
+		}
+		// The drain applies to every hand-over (quiesce, exit, unhealthy):
+		// we are quiet already, so it only serves stragglers whose caches
+		// have not moved yet.
+		if now.Sub(a.successorAt) >= a.cfg.Quiesce.Drain.Duration {
+			return false, fmt.Sprintf("handed over to %s (%s)", successor, a.ineligibleReason(healthy))
+		}
+		return true, fmt.Sprintf("draining: %s announces the VIPs", successor)
+	}
+	a.successor, a.successorAt = "", time.Time{}
+	waited := now.Sub(a.handoverStart)
+	switch {
+	case !healthy && !candidate:
+		return false, "local API server unhealthy and no eligible member to hand over to"
+	case a.exiting && !candidate:
+		return false, "exiting and no eligible member to hand over to"
+	case (a.exiting || !healthy) && waited >= a.cfg.Quiesce.HandoverTimeout.Duration:
+		return false, fmt.Sprintf("no successor announced within %v (%s)", a.cfg.Quiesce.HandoverTimeout.Duration, a.ineligibleReason(healthy))
+	case !candidate:
+		return true, "quiesce pending: no eligible member to hand over to"
+	}
+	return true, "handing over: waiting for a successor to announce"
+}
+
+// aliveAhead counts alive members preferred over self.
+func aliveAhead(v election.View, self string) int {
+	n := 0
+	for _, m := range v.Members {
+		if m.Name == self {
+			break
+		}
+		if m.Alive {
+			n++
+		}
+	}
+	return n
+}
+
+// claimStagger is the head start per alive member preferred over this one:
+// three gossip rounds.
+func claimStagger(c *Config) time.Duration { return 3 * c.Election.GossipInterval.Duration }
+
+func (a *Agent) ineligibleReason(healthy bool) string {
+	switch {
+	case a.exiting:
+		return "exiting"
+	case a.quiescing:
+		return "quiescing"
+	case !healthy:
+		return "local API server unhealthy"
+	case a.handingOver:
+		return "hand-over in progress"
+	}
+	return "eligible"
+}
+
+func (a *Agent) meta(eligible bool) election.Meta {
+	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.cfg.Digest()}
+}
+
+// shutdown releases everything on every exit path.
+func (a *Agent) shutdown() {
+	if a.ml != nil {
+		a.holding = false
+		a.ml.SetMeta(a.meta(false))
+	}
+	if err := a.dp.Close(context.Background()); err != nil {
+		a.log.Error(err, "removing the VIPs failed")
+	} else if a.holding || a.transitions > 0 {
+		a.log.Info("data plane closed: VIPs removed")
+	}
+	a.holding = false
+	a.m.owner.Set(0)
+	if a.ml != nil {
+		if err := a.ml.Leave(leaveTimeout); err != nil {
+			a.log.V(1).Info("leave not confirmed", "error", err.Error())
+		}
+		_ = a.ml.Close()
+	}
+	a.mu.Lock()
+	a.status.Holding = false
+	a.status.Role = "stopped"
+	a.mu.Unlock()
+}

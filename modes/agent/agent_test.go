@@ -1,0 +1,245 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+
+	"github.com/caplb/caplb/modes/dataplane"
+	"github.com/caplb/caplb/modes/election"
+)
+
+type fakeML struct {
+	mu       sync.Mutex
+	others   []election.MemberView // everybody but self, in preference order after self's slot
+	self     election.Meta
+	selfIdx  int
+	confirm  bool
+	confirms int
+	changed  chan struct{}
+	left     bool
+}
+
+func (f *fakeML) View() election.View {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ms []election.MemberView
+	ms = append(ms, f.others[:f.selfIdx]...)
+	ms = append(ms, election.MemberView{Name: "self", Alive: true, Meta: f.self})
+	ms = append(ms, f.others[f.selfIdx:]...)
+	return election.View{Self: "self", Members: ms}
+}
+func (f *fakeML) SetMeta(m election.Meta)  { f.mu.Lock(); f.self = m; f.mu.Unlock() }
+func (f *fakeML) Changed() <-chan struct{} { return f.changed }
+func (f *fakeML) ConfirmQuorum() (int, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.confirms++
+	if f.confirm {
+		return 2, 2
+	}
+	return 1, 2
+}
+func (f *fakeML) Leave(time.Duration) error { f.left = true; return nil }
+func (f *fakeML) Close() error              { return nil }
+func (f *fakeML) set(i int, alive bool, meta election.Meta) {
+	f.mu.Lock()
+	f.others[i].Alive, f.others[i].Meta = alive, meta
+	f.mu.Unlock()
+}
+
+type fakeDP struct {
+	mu       sync.Mutex
+	announce bool
+	quiet    bool
+	syncs    int
+	closed   bool
+}
+
+func (d *fakeDP) Sync(_ context.Context, des dataplane.Desired) error {
+	d.mu.Lock()
+	d.announce = des.Announce
+	d.syncs++
+	d.mu.Unlock()
+	return nil
+}
+func (d *fakeDP) Close(context.Context) error {
+	d.mu.Lock()
+	d.closed, d.announce = true, false
+	d.mu.Unlock()
+	return nil
+}
+func (d *fakeDP) SetQuiet(q bool) { d.mu.Lock(); d.quiet = q; d.mu.Unlock() }
+
+type fakeHealth struct{ ok bool }
+
+func (h *fakeHealth) state() (bool, string) { return h.ok, "fake" }
+
+// newTestAgent: self is the most preferred of three members unless selfIdx>0.
+func newTestAgent(t *testing.T, selfIdx int) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
+	t.Helper()
+	cfg, err := Parse([]byte(`
+nodeName: self
+vips: ["192.0.2.10"]
+members: [{name: self, address: 192.0.2.1}, {name: b, address: 192.0.2.2}, {name: c, address: 192.0.2.3}]
+health: {insecureSkipVerify: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := &fakeML{selfIdx: selfIdx, confirm: true, changed: make(chan struct{}),
+		others: []election.MemberView{{Name: "b", Alive: true, Meta: election.Meta{Eligible: true}}, {Name: "c", Alive: true, Meta: election.Meta{Eligible: true}}}}
+	dp := &fakeDP{}
+	h := &fakeHealth{ok: true}
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newAgent(cfg, logr.Discard(), dp, ml, h, m), ml, dp, h
+}
+
+func TestClaimWaitsForSettleAndConfirmation(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, dp, _ := newTestAgent(t, 0)
+	t0 := time.Now()
+	a.step(t0)
+	g.Expect(a.holding).To(BeFalse(), "quorum just gained: settling")
+	g.Expect(a.Status().Waiting).To(ContainSubstring("settling"))
+
+	ml.confirm = false
+	a.step(t0.Add(600 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "a majority did not answer pings")
+	g.Expect(a.Status().Waiting).To(ContainSubstring("claim withheld"))
+	a.step(t0.Add(650 * time.Millisecond))
+	g.Expect(ml.confirms).To(Equal(1), "no new ping round within a probe interval")
+
+	ml.confirm = true
+	a.step(t0.Add(800 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue())
+	g.Expect(dp.announce).To(BeTrue())
+	g.Expect(ml.self.Holding).To(BeTrue(), "holding is gossiped after the data plane announced")
+	g.Expect(a.Status().Role).To(Equal("owner"))
+}
+
+func TestMakeBeforeBreak(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, dp, _ := newTestAgent(t, 0)
+	t0 := time.Now()
+	a.step(t0)
+	a.step(t0.Add(time.Second))
+	g.Expect(a.holding).To(BeTrue())
+
+	a.quiescing = true
+	a.step(t0.Add(2 * time.Second))
+	g.Expect(a.holding).To(BeTrue(), "keeps the VIP until a successor announces it")
+	g.Expect(dp.quiet).To(BeTrue(), "but stops announcing it")
+	g.Expect(ml.self.Eligible).To(BeFalse())
+	g.Expect(ml.self.Quiescing).To(BeTrue())
+
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b took over
+	a.step(t0.Add(2100 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "drain period")
+	g.Expect(a.Status().Waiting).To(ContainSubstring("draining"))
+	a.step(t0.Add(2700 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "released after the drain")
+	g.Expect(dp.announce).To(BeFalse())
+	g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("handed over to b"))
+}
+
+func TestRecoveryDuringDrainDoesNotReclaim(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, _, h := newTestAgent(t, 0)
+	t0 := time.Now()
+	a.step(t0)
+	a.step(t0.Add(time.Second))
+	g.Expect(a.holding).To(BeTrue())
+	h.ok = false
+	a.step(t0.Add(1100 * time.Millisecond))
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b took over
+	a.step(t0.Add(1200 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "draining")
+	h.ok = true // the API server recovers during the drain
+	a.step(t0.Add(1300 * time.Millisecond))
+	g.Expect(ml.self.Eligible).To(BeFalse(), "not eligible until the hand-over completed")
+	g.Expect(a.holding).To(BeTrue())
+	a.step(t0.Add(1800 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "the hand-over completes")
+	a.step(t0.Add(1900 * time.Millisecond))
+	g.Expect(ml.self.Eligible).To(BeTrue(), "eligible again as a backup")
+	g.Expect(a.holding).To(BeFalse(), "b keeps the VIP")
+}
+
+func TestReleaseRules(t *testing.T) {
+	t.Run("unhealthy with nobody to hand over to releases at once", func(t *testing.T) {
+		g := NewWithT(t)
+		a, ml, _, h := newTestAgent(t, 0)
+		t0 := time.Now()
+		a.step(t0)
+		a.step(t0.Add(time.Second))
+		g.Expect(a.holding).To(BeTrue())
+		ml.set(0, true, election.Meta{})
+		ml.set(1, true, election.Meta{})
+		h.ok = false
+		a.step(t0.Add(1100 * time.Millisecond))
+		g.Expect(a.holding).To(BeFalse())
+	})
+	t.Run("losing quorum releases at once", func(t *testing.T) {
+		g := NewWithT(t)
+		a, ml, _, _ := newTestAgent(t, 0)
+		t0 := time.Now()
+		a.step(t0)
+		a.step(t0.Add(time.Second))
+		ml.set(0, false, election.Meta{})
+		ml.set(1, false, election.Meta{})
+		a.step(t0.Add(1100 * time.Millisecond))
+		g.Expect(a.holding).To(BeFalse())
+		g.Expect(a.Status().Quorum).To(BeFalse())
+	})
+	t.Run("a more preferred holder wins a conflict", func(t *testing.T) {
+		g := NewWithT(t)
+		a, ml, _, _ := newTestAgent(t, 1) // order: b, self, c
+		t0 := time.Now()
+		ml.set(0, true, election.Meta{}) // b ineligible: self is the owner
+		a.step(t0)
+		a.step(t0.Add(time.Second))
+		g.Expect(a.holding).To(BeFalse(), "b is alive and preferred: its claim gets a head start")
+		g.Expect(a.Status().Waiting).To(ContainSubstring("claim staggered 60ms"))
+		a.step(t0.Add(1070 * time.Millisecond))
+		g.Expect(a.holding).To(BeTrue())
+		ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b claims too (partition healed)
+		a.step(t0.Add(1100 * time.Millisecond))
+		g.Expect(a.holding).To(BeFalse())
+		g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("yielding"))
+	})
+	t.Run("no preemption: a more preferred member does not take the VIP back", func(t *testing.T) {
+		g := NewWithT(t)
+		a, ml, _, _ := newTestAgent(t, 0)
+		ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b holds
+		t0 := time.Now()
+		a.step(t0)
+		a.step(t0.Add(time.Second))
+		g.Expect(a.holding).To(BeFalse())
+		g.Expect(a.Status().Owner).To(Equal("b"))
+	})
+}
+
+func TestRunExitsAfterHandoverAndCloses(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, dp, _ := newTestAgent(t, 0)
+	a.cfg.Quiesce.Drain = Duration{10 * time.Millisecond}
+	a.cfg.Election.Settle = Duration{time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, context.Background()) }()
+	g.Eventually(func() bool { return a.Status().Holding }, 2*time.Second, 5*time.Millisecond).Should(BeTrue())
+	cancel()
+	g.Consistently(done, 200*time.Millisecond, 10*time.Millisecond).ShouldNot(Receive(), "waits for a successor")
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	g.Eventually(done, 2*time.Second).Should(Receive(BeNil()))
+	g.Expect(dp.closed).To(BeTrue())
+	g.Expect(ml.left).To(BeTrue())
+}

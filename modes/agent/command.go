@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+)
+
+// NewCommand is the `agent` command (docs/backends/arp.md), shared by every
+// binary that embeds the agent.
+func NewCommand() *cobra.Command {
+	var configPath string
+	var verbosity int
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: hold or announce the control-plane VIP",
+		Long: `Runs on each control-plane node (host network, NET_ADMIN and NET_RAW).
+The first SIGTERM or SIGINT hands the VIP over to the next owner before letting
+go (make-before-break); a second one exits at once. The VIP is removed on every
+exit path except SIGKILL, whose leftovers the next start removes.
+
+Admin endpoints (admin.listen, default 127.0.0.1:7473): GET /metrics, /healthz,
+/status; POST /quiesce (hand over and stay out), DELETE /quiesce (take part again).`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := NewLogger(verbosity)
+			cfg, err := Load(configPath)
+			if err != nil {
+				return err
+			}
+			ctx, force := signalContexts(log)
+			return Run(ctx, force, cfg, log)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/agent.yaml", "agent configuration file (YAML)")
+	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0: transitions and problems, 1: membership detail, 2: memberlist debug)")
+	return cmd
+}
+
+// NewLogger logs JSON lines to stderr.
+func NewLogger(v int) logr.Logger {
+	return funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) },
+		funcr.Options{LogTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000000Z07:00", Verbosity: v})
+}
+
+// signalContexts: the first SIGTERM/SIGINT ends ctx (graceful hand-over), the
+// second ends force (exit now).
+func signalContexts(log logr.Logger) (ctx, force context.Context) {
+	ctx, stop := context.WithCancel(context.Background())
+	force, stopForce := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-ch
+		log.Info("signal received: handing over and exiting", "signal", s.String())
+		stop()
+		s = <-ch
+		log.Info("second signal: exiting now", "signal", s.String())
+		stopForce()
+	}()
+	return ctx, force
+}

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+const validYAML = `
+nodeName: cp-1
+vips: ["192.0.2.10", "2001:db8::10"]
+members:
+- {name: cp-1, address: 192.0.2.11}
+- {name: cp-2, address: 192.0.2.12}
+- {name: cp-3, address: 192.0.2.13}
+health:
+  caFile: /etc/kubernetes/pki/ca.crt
+`
+
+func TestParseDefaults(t *testing.T) {
+	g := NewWithT(t)
+	c, err := Parse([]byte(validYAML))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Mode).To(Equal(ModeARP))
+	g.Expect(c.Port).To(Equal(6443))
+	g.Expect(c.Health.URL).To(Equal("https://127.0.0.1:6443/readyz"))
+	g.Expect(c.Health.Interval.Duration).To(Equal(200 * time.Millisecond))
+	g.Expect(c.Health.Rise).To(Equal(2))
+	g.Expect(c.Election.Port).To(Equal(7946))
+	g.Expect(c.Election.ProbeInterval.Duration).To(Equal(100 * time.Millisecond))
+	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
+	g.Expect(c.Admin.Listen).To(Equal("127.0.0.1:7473"))
+	g.Expect(c.ParsedVIPs()).To(HaveLen(2))
+	g.Expect(c.Digest()).To(HaveLen(8))
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"bad member address", strings.Replace(validYAML, "192.0.2.13", "10.0.0.x", 1),
+			[]string{`members[2].address: "10.0.0.x" is not an IP address`}},
+		{"unknown field", validYAML + "bogus: 1\n", []string{`unknown field "bogus"`}},
+		{"bad mode", validYAML + "mode: vrrp\n", []string{`mode: "vrrp" is not a mode; use "arp" or "bgp"`}},
+		{"bad vip", strings.Replace(validYAML, `"192.0.2.10"`, `"fe80::1"`, 1), []string{`vips[0]: "fe80::1" cannot be a VIP`}},
+		{"node not a member", strings.Replace(validYAML, "nodeName: cp-1", "nodeName: cp-9", 1),
+			[]string{`nodeName: "cp-9" is not among members`}},
+		{"duplicate member", strings.Replace(validYAML, "name: cp-3", "name: cp-2", 1), []string{`members[2].name: "cp-2" is listed twice`}},
+		{"https without CA", strings.Replace(validYAML, "  caFile: /etc/kubernetes/pki/ca.crt", "  interval: 1s", 1),
+			[]string{"health.caFile: is empty", "insecureSkipVerify: true"}},
+		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`want a duration such as "200ms"`}},
+		{"probe timeout too long", validYAML + "election: {probeTimeout: 200ms}\n",
+			[]string{"election.probeTimeout: 200ms must be shorter than election.probeInterval (100ms)"}},
+		{"bgp needs its section", validYAML + "mode: bgp\n", []string{"bgp: is required in bgp mode"}},
+		{"several errors at once", "vips: []\nmembers: []\nport: 70000\n",
+			[]string{"vips: is empty", "members: is empty", "port: 70000 is out of range"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := Parse([]byte(tc.yaml))
+			g.Expect(err).To(HaveOccurred())
+			for _, w := range tc.want {
+				g.Expect(err.Error()).To(ContainSubstring(w))
+			}
+		})
+	}
+}
+
+func TestSampleConfigParses(t *testing.T) {
+	g := NewWithT(t)
+	_, err := Load("../../config/agent/agent.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+}

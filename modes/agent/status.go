@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caplb/caplb/modes/arp"
+	"github.com/caplb/caplb/modes/election"
+)
+
+// Status is the agent's state as /status shows it (JSON), for people and for
+// the lab tests.
+type Status struct {
+	Node string `json:"node"`
+	Mode string `json:"mode"`
+	// Role: "owner" (holds the VIPs), "backup", or "stopped"; in bgp mode
+	// "announcing" or "withdrawn".
+	Role      string   `json:"role"`
+	Holding   bool     `json:"holding"`
+	VIPs      []string `json:"vips"`
+	Healthy   bool     `json:"healthy"`
+	Health    string   `json:"health"`
+	Eligible  bool     `json:"eligible"`
+	Quiescing bool     `json:"quiescing"`
+	// Quorum, MembersSeen and MembersConfigured: see docs/backends/arp.md.
+	Quorum            bool   `json:"quorum"`
+	MembersSeen       int    `json:"membersSeen"`
+	MembersConfigured int    `json:"membersConfigured"`
+	Owner             string `json:"owner,omitempty"`
+	Decision          string `json:"decision,omitempty"`
+	// Waiting explains why the role does not change yet (settling, draining).
+	Waiting        string         `json:"waiting,omitempty"`
+	Transitions    int            `json:"transitions"`
+	LastTransition *Transition    `json:"lastTransition,omitempty"`
+	ConfigDigest   string         `json:"configDigest"`
+	Members        []MemberStatus `json:"members,omitempty"`
+	Dataplane      *arp.Status    `json:"dataplane,omitempty"`
+	Updated        time.Time      `json:"updated"`
+	ConfigMismatch []string       `json:"configMismatch,omitempty"`
+}
+
+// Transition is the last change of role.
+type Transition struct {
+	At     time.Time `json:"at"`
+	To     string    `json:"to"`
+	Reason string    `json:"reason"`
+}
+
+// MemberStatus is one configured member as this agent sees it.
+type MemberStatus struct {
+	Name         string `json:"name"`
+	Alive        bool   `json:"alive"`
+	Eligible     bool   `json:"eligible"`
+	Holding      bool   `json:"holding"`
+	Quiescing    bool   `json:"quiescing"`
+	ConfigDigest string `json:"configDigest,omitempty"`
+}
+
+func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligible bool, v election.View, d election.Decision) {
+	s := Status{
+		Node: a.cfg.NodeName, Mode: a.cfg.Mode, Holding: a.holding, VIPs: a.cfg.VIPs,
+		Healthy: healthy, Health: healthDetail, Eligible: eligible, Quiescing: a.quiescing,
+		Quorum: d.Quorum, MembersSeen: d.Seen, MembersConfigured: len(a.cfg.Members),
+		Owner: d.Owner, Decision: d.Reason, Waiting: a.waitingReason, Transitions: a.transitions,
+		ConfigDigest: a.cfg.Digest(), Updated: now,
+	}
+	switch {
+	case a.cfg.Mode == ModeBGP && a.holding:
+		s.Role = "announcing"
+	case a.cfg.Mode == ModeBGP:
+		s.Role = "withdrawn"
+	case a.holding:
+		s.Role = "owner"
+	default:
+		s.Role = "backup"
+	}
+	if a.transitions > 0 {
+		to := "backup"
+		if a.holding {
+			to = "owner"
+		}
+		s.LastTransition = &Transition{At: a.lastChange, To: to, Reason: a.lastReason}
+	}
+	for _, m := range v.Members {
+		s.Members = append(s.Members, MemberStatus{Name: m.Name, Alive: m.Alive, Eligible: m.Meta.Eligible,
+			Holding: m.Meta.Holding, Quiescing: m.Meta.Quiescing, ConfigDigest: m.Meta.ConfigDigest})
+		if m.Alive && m.Meta.ConfigDigest != "" && m.Meta.ConfigDigest != s.ConfigDigest {
+			s.ConfigMismatch = append(s.ConfigMismatch, m.Name)
+		}
+	}
+	if r, ok := a.dp.(dataplaneStatus); ok {
+		ds := r.Status()
+		s.Dataplane = &ds
+	}
+	a.m.observe(s)
+	a.mu.Lock()
+	a.status = s
+	a.mu.Unlock()
+}
+
+// Status returns the last published status.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// metrics are the agent's Prometheus series (the data plane registers its
+// own: announcements sent, duplicate owners).
+type metrics struct {
+	owner       prometheus.Gauge
+	eligible    prometheus.Gauge
+	healthy     prometheus.Gauge
+	quorum      prometheus.Gauge
+	quiescing   prometheus.Gauge
+	seen        prometheus.Gauge
+	configured  prometheus.Gauge
+	mismatch    prometheus.Gauge
+	transitions *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "caplb_agent_" + name, Help: help})
+	}
+	m := &metrics{
+		owner:      g("owner", "1 while this node holds and announces the VIPs (bgp: announces routes)."),
+		eligible:   g("eligible", "1 while the local API server is healthy and the node is not quiescing."),
+		healthy:    g("apiserver_healthy", "1 while the local API server passes its health check."),
+		quorum:     g("quorum", "1 while this node sees a majority of the configured members."),
+		quiescing:  g("quiescing", "1 while the node is quiescing (handing over, staying out of the election)."),
+		seen:       g("members_seen", "Configured members seen alive, this node included."),
+		configured: g("members_configured", "Members in the configuration."),
+		mismatch:   g("config_mismatch_members", "Alive members whose configuration digest differs from this node's."),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "caplb_agent_transitions_total", Help: "Changes of role, by the role entered (owner or backup).",
+		}, []string{"to"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.owner, m.eligible, m.healthy, m.quorum, m.quiescing, m.seen, m.configured, m.mismatch, m.transitions} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) transition(owner bool) {
+	if owner {
+		m.transitions.WithLabelValues("owner").Inc()
+	} else {
+		m.transitions.WithLabelValues("backup").Inc()
+	}
+}
+
+func (m *metrics) observe(s Status) {
+	m.owner.Set(b2f(s.Holding))
+	m.eligible.Set(b2f(s.Eligible))
+	m.healthy.Set(b2f(s.Healthy))
+	m.quorum.Set(b2f(s.Quorum))
+	m.quiescing.Set(b2f(s.Quiescing))
+	m.seen.Set(float64(s.MembersSeen))
+	m.configured.Set(float64(s.MembersConfigured))
+	m.mismatch.Set(float64(len(s.ConfigMismatch)))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

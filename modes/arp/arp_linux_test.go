@@ -1,0 +1,111 @@
+//go:build linux
+
+package arp_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	mdarp "github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/modes/arp"
+	"github.com/caplb/caplb/modes/dataplane"
+)
+
+// TestAnnouncer runs the data plane in one namespace and watches it from a
+// neighbour: the VIP is added with its label, announced at once, a foreign
+// claim is reported as a duplicate, and Close removes the address.
+func TestAnnouncer(t *testing.T) {
+	l := lab.NewT(t, "arpdp")
+	g := NewWithT(t)
+	a, err := l.AddNamespace("a")
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := l.AddNamespace("b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
+	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.45.0.1/24"))).To(Succeed())
+	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.45.0.2/24"))).To(Succeed())
+	vip := netip.MustParseAddr("10.45.0.100")
+
+	// The neighbour listens to ARP before anything is announced.
+	var watcher *mdarp.Client
+	g.Expect(b.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		watcher, err = mdarp.Dial(ifi)
+		return err
+	})).To(Succeed())
+	defer watcher.Close()
+
+	reg := prometheus.NewRegistry()
+	var dp *arp.Announcer
+	g.Expect(a.Do(func() error {
+		var err error
+		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 1, BurstInterval: 100 * time.Millisecond,
+			RefreshInterval: time.Second, ProbeInterval: 200 * time.Millisecond}, logr.Discard(), reg)
+		if err != nil {
+			return err
+		}
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
+	})).To(Succeed())
+
+	h, err := a.Netlink()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer h.Close()
+	addrs, err := h.AddrList(nil, netlink.FAMILY_V4)
+	g.Expect(err).NotTo(HaveOccurred())
+	var labels []string
+	for _, x := range addrs {
+		if x.IP.Equal(vip.AsSlice()) {
+			labels = append(labels, x.Label)
+		}
+	}
+	g.Expect(labels).To(Equal([]string{"eth0:caplb"}))
+
+	// A gratuitous ARP for the VIP from a's MAC reaches the neighbour.
+	mac := dp.Status().MAC
+	g.Expect(watcher.SetReadDeadline(time.Now().Add(3 * time.Second))).To(Succeed())
+	for {
+		p, _, err := watcher.Read()
+		g.Expect(err).NotTo(HaveOccurred(), "no gratuitous ARP seen")
+		if p.SenderIP == vip && p.TargetIP == vip && p.SenderHardwareAddr.String() == mac {
+			break
+		}
+	}
+
+	// The neighbour claims the VIP too: a duplicate owner.
+	bmac := watcher.HardwareAddr()
+	claim, err := mdarp.NewPacket(mdarp.OperationReply, bmac, vip, ethernet.Broadcast, vip)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(watcher.WriteTo(claim, ethernet.Broadcast)).To(Succeed())
+	g.Eventually(func() []arp.Duplicate { return dp.Status().Duplicates }, 3*time.Second, 20*time.Millisecond).
+		Should(ContainElement(HaveField("MAC", bmac.String())))
+	mfs, err := reg.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "caplb_agent_duplicate_owner_detections_total" {
+			found = mf.GetMetric()[0].GetCounter().GetValue() >= 1
+		}
+	}
+	g.Expect(found).To(BeTrue(), "duplicate detections are counted")
+
+	// Close removes the address (on every exit path the agent calls it).
+	g.Expect(a.Do(func() error { return dp.Close(context.Background()) })).To(Succeed())
+	addrs, err = h.AddrList(nil, netlink.FAMILY_V4)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, x := range addrs {
+		g.Expect(x.IP.Equal(vip.AsSlice())).To(BeFalse(), "VIP removed")
+	}
+}

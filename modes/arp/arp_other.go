@@ -1,0 +1,42 @@
+//go:build !linux
+
+package arp
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caplb/caplb/modes/dataplane"
+)
+
+var errLinuxOnly = errors.New("arp: the ARP/NDP data plane needs Linux")
+
+// Announcer is the ARP/NDP data plane; it only works on Linux.
+type Announcer struct{}
+
+var _ dataplane.Dataplane = &Announcer{}
+
+// New fails: Linux only.
+func New(Config, logr.Logger, prometheus.Registerer) (*Announcer, error) { return nil, errLinuxOnly }
+
+// Sync fails: Linux only.
+func (*Announcer) Sync(context.Context, dataplane.Desired) error { return errLinuxOnly }
+
+// Close does nothing.
+func (*Announcer) Close(context.Context) error { return nil }
+
+// Status is empty.
+func (*Announcer) Status() Status { return Status{} }
+
+// RemoveStale fails: Linux only.
+func RemoveStale([]netip.Addr) ([]string, error) { return nil, errLinuxOnly }
+
+// InterfaceFor fails: Linux only.
+func InterfaceFor(netip.Addr) (string, error) { return "", errLinuxOnly }
+
+// SetQuiet does nothing.
+func (*Announcer) SetQuiet(bool) {}
