@@ -16,8 +16,9 @@ include $(sort $(wildcard mk/*.mk))
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
-build: ## Build the caplb binary into _out/bin.
+build: ## Build caplb (manager + agent) and caplb-agent (the agent alone, smaller) into _out/bin.
 	$(GO) build -o $(OUT)/bin/caplb ./cmd/caplb
+	$(GO) build -o $(OUT)/bin/caplb-agent ./cmd/caplb-agent
 
 generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go markers.
 	$(CONTROLLER_GEN) object paths=./api/...

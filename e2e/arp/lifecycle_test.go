@@ -82,7 +82,17 @@ func TestGracefulHandover(t *testing.T) {
 
 	ok, failed := probe.stop()
 	g.Expect(ok).To(BeNumerically(">", 100), "the client kept connecting")
-	g.Expect(failed).To(BeEmpty(), "no client connect fails during make-before-break hand-overs")
+	// Make-before-break leaves one loss an L2 VIP cannot avoid without connection-state sync:
+	// a handshake whose SYN reached the old owner and whose ACK, sent after the client took the
+	// successor's gratuitous ARP, reaches the successor, which resets it (docs/backends/arp.md,
+	// "Graceful hand-over"). At most one such handshake fits in each hand-over's window at this
+	// probe rate, and it fails with a reset: a refused or timed-out connect would mean the VIP
+	// had no holder, which make-before-break rules out.
+	const handovers = 2
+	g.Expect(len(failed)).To(BeNumerically("<=", handovers), "at most one straddling handshake per hand-over: %v", failed)
+	for _, f := range failed {
+		g.Expect(f).To(ContainSubstring("reset by peer"), "only straddling handshakes may fail: %v", failed)
+	}
 }
 
 // TestExitRemovesVIP: a second signal exits at once without hand-over, and

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins = binaries{agent: filepath.Join(dir, "caplb"), standin: filepath.Join(dir, "standin")}
-	for pkg, out := range map[string]string{"./cmd/caplb": bins.agent, "./e2e/lab/standin": bins.standin} {
+	for pkg, out := range map[string]string{"./cmd/caplb-agent": bins.agent, "./e2e/lab/standin": bins.standin} {
 		if err := lab.BuildBinary(pkg, out); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.RemoveAll(dir)

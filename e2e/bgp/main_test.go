@@ -34,7 +34,7 @@ func run(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		bins = binaries{agent: filepath.Join(dir, "caplb"), standin: filepath.Join(dir, "standin")}
-		for pkg, out := range map[string]string{"./cmd/caplb": bins.agent, "./e2e/lab/standin": bins.standin} {
+		for pkg, out := range map[string]string{"./cmd/caplb-agent": bins.agent, "./e2e/lab/standin": bins.standin} {
 			if err := lab.BuildBinary(pkg, out); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1

@@ -27,7 +27,7 @@ import (
 // API server and the real `caplb agent` in bgp mode.
 type BGPClusterOptions struct {
 	Routed RoutedOptions
-	// AgentBinary and StandinBinary are built binaries of ./cmd/caplb and ./e2e/lab/standin
+	// AgentBinary and StandinBinary are built binaries of ./cmd/caplb-agent and ./e2e/lab/standin
 	// (BuildBinary).
 	AgentBinary, StandinBinary string
 	// VIPs default to 10.0.0.100 (and fd00:100::100 when Routed.IPv6).

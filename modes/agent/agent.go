@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/caplb/caplb/modes/arp"
+	"github.com/caplb/caplb/modes/bgp"
 	"github.com/caplb/caplb/modes/dataplane"
 	"github.com/caplb/caplb/modes/election"
 )
@@ -37,6 +38,11 @@ type health interface {
 // (modes/arp).
 type dataplaneStatus interface {
 	Status() arp.Status
+}
+
+// bgpStatus is implemented by the BGP speaker (modes/bgp): its sessions and prefixes.
+type bgpStatus interface {
+	Status() bgp.Status
 }
 
 // quieter is implemented by data planes that can keep the VIPs while no

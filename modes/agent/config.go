@@ -341,6 +341,8 @@ func (c *Config) Validate() error {
 			bad("bgp", "is required in bgp mode")
 		} else if err := c.BGP.Validate(); err != nil {
 			bad("bgp", "%v", err)
+		} else if verr := c.bgpVIPFamilies(); verr != nil {
+			bad("vips", "%v", verr)
 		}
 	}
 	return errors.Join(errs...)
@@ -382,4 +384,16 @@ func (c *Config) Digest() string {
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:4])
+}
+
+// bgpVIPFamilies checks that every VIP that parses has a BGP peer of its address family, so
+// that an IPv6 VIP with only IPv4 peers is refused at start rather than failing every sync.
+func (c *Config) bgpVIPFamilies() error {
+	var vips []netip.Addr
+	for _, v := range c.VIPs {
+		if a, err := netip.ParseAddr(v); err == nil {
+			vips = append(vips, a)
+		}
+	}
+	return c.BGP.ValidateVIPs(vips)
 }

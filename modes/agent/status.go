@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caplb/caplb/modes/arp"
+	"github.com/caplb/caplb/modes/bgp"
 	"github.com/caplb/caplb/modes/election"
 )
 
@@ -36,8 +37,10 @@ type Status struct {
 	ConfigDigest   string         `json:"configDigest"`
 	Members        []MemberStatus `json:"members,omitempty"`
 	Dataplane      *arp.Status    `json:"dataplane,omitempty"`
-	Updated        time.Time      `json:"updated"`
-	ConfigMismatch []string       `json:"configMismatch,omitempty"`
+	// BGP shows the speaker's sessions and announced prefixes in bgp mode.
+	BGP            *bgp.Status `json:"bgp,omitempty"`
+	Updated        time.Time   `json:"updated"`
+	ConfigMismatch []string    `json:"configMismatch,omitempty"`
 }
 
 // Transition is the last change of role.
@@ -92,6 +95,10 @@ func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligib
 	if r, ok := a.dp.(dataplaneStatus); ok {
 		ds := r.Status()
 		s.Dataplane = &ds
+	}
+	if r, ok := a.dp.(bgpStatus); ok {
+		bs := r.Status()
+		s.BGP = &bs
 	}
 	a.m.observe(s)
 	a.mu.Lock()

@@ -32,7 +32,7 @@ func main() {
 	scenarios := flag.String("scenarios", "hard_kill,health_failure,link_cut,graceful", "comma-separated scenarios")
 	interval := flag.Duration("interval", 5*time.Millisecond, "client connect interval")
 	out := flag.String("out", envOr("BENCH_OUT", "_out/bench-arp.json"), "JSON result file")
-	agentPkg := flag.String("agent-pkg", "./cmd/caplb", "package of the binary whose `agent` command is measured")
+	agentPkg := flag.String("agent-pkg", "./cmd/caplb-agent", "package of the binary whose `agent` command is measured (./cmd/caplb for the full binary)")
 	verbose := flag.Bool("v", false, "print every failed connect")
 	svg := flag.String("svg", "", "SVG timeline (default: next to -out, bench-arp-timeline.svg)")
 	flag.Parse()

@@ -90,7 +90,7 @@ func TestBenchBGP(t *testing.T) {
 
 	dir := t.TempDir()
 	agentBin, standinBin := filepath.Join(dir, "caplb"), filepath.Join(dir, "standin")
-	for pkg, bin := range map[string]string{"./cmd/caplb": agentBin, "./e2e/lab/standin": standinBin} {
+	for pkg, bin := range map[string]string{"./cmd/caplb-agent": agentBin, "./e2e/lab/standin": standinBin} {
 		if err := lab.BuildBinary(pkg, bin); err != nil {
 			t.Fatal(err)
 		}

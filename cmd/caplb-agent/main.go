@@ -1,0 +1,24 @@
+// Command caplb-agent is the node agent alone: the same code as `caplb agent`, linked without the
+// manager's controller-runtime and Cluster API, so that a node pays only for what it runs (peak
+// RSS ~29 MiB against ~50 MiB for the full binary, docs/benchmarks.md). It takes the agent's flags
+// directly (`caplb-agent --config FILE`) and also as `caplb-agent agent --config FILE`, so it is a
+// drop-in for `caplb agent` in manifests and scripts.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/caplb/caplb/modes/agent"
+)
+
+func main() {
+	root := agent.NewCommand()
+	root.Use = "caplb-agent"
+	root.SilenceUsage, root.SilenceErrors = true, true
+	root.AddCommand(agent.NewCommand())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "caplb-agent:", err)
+		os.Exit(1)
+	}
+}
