@@ -117,7 +117,7 @@ func (r *LoadBalancerReconciler) releaseAll(ctx context.Context, s *scope) (int,
 			client.MatchingLabels{clusterv1.ClusterNameLabel: lb.Spec.ClusterName}); err != nil {
 			return 0, fmt.Errorf("listing Machines of Cluster %s/%s: %w", lb.Namespace, lb.Spec.ClusterName, err)
 		}
-		for _, o := range machinePtrs(list.Items) {
+		for _, o := range objectPtrs[clusterv1.Machine](list.Items) {
 			objs[o.GetName()] = o
 		}
 	}

@@ -161,7 +161,7 @@ func (k machineKind) candidates(ctx context.Context, lb *lbv1.LoadBalancer) ([]c
 		client.MatchingFields{indexMachineClusterName: lb.Spec.ClusterName}); err != nil {
 		return nil, fmt.Errorf("listing Machines of Cluster %s/%s: %w", lb.Namespace, lb.Spec.ClusterName, err)
 	}
-	return machinePtrs(list.Items), nil
+	return objectPtrs[clusterv1.Machine](list.Items), nil
 }
 
 func (k machineKind) annotated(ctx context.Context, lb *lbv1.LoadBalancer) ([]client.Object, error) {
@@ -172,7 +172,7 @@ func (k machineKind) annotated(ctx context.Context, lb *lbv1.LoadBalancer) ([]cl
 		if err := k.c.List(ctx, &list, client.InNamespace(lb.Namespace), client.MatchingFields{indexMemberOf: key}); err != nil {
 			return nil, fmt.Errorf("listing Machines annotated by LoadBalancer %s/%s: %w", lb.Namespace, lb.Name, err)
 		}
-		for _, o := range machinePtrs(list.Items) {
+		for _, o := range objectPtrs[clusterv1.Machine](list.Items) {
 			if !seen[o.GetName()] {
 				seen[o.GetName()] = true
 				out = append(out, o)
@@ -192,22 +192,9 @@ func (k machineKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 	f := commonFacts(lb, obj)
 	f.cluster = m.Spec.ClusterName
 	f.ready = conditions.IsTrue(m, clusterv1.ReadyCondition)
-	f.addresses = map[string]string{}
-	for _, a := range m.Status.Addresses {
-		if _, dup := f.addresses[string(a.Type)]; !dup && a.Address != "" {
-			f.addresses[string(a.Type)] = a.Address
-		}
-	}
+	f.addresses = addressesByType(m.Status.Addresses, func(a clusterv1.MachineAddress) (string, string) { return string(a.Type), a.Address })
 	f.address = pickAddress(f.addresses)
 	return f
-}
-
-func machinePtrs(items []clusterv1.Machine) []client.Object {
-	out := make([]client.Object, 0, len(items))
-	for i := range items {
-		out = append(out, &items[i])
-	}
-	return out
 }
 
 // nodeKind: Nodes, cluster-scoped, for a manager running inside the cluster it balances.
@@ -225,7 +212,7 @@ func (k nodeKind) candidates(ctx context.Context, lb *lbv1.LoadBalancer) ([]clie
 	if err := k.c.List(ctx, &list, client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("listing Nodes: %w", err)
 	}
-	return nodePtrs(list.Items), nil
+	return objectPtrs[corev1.Node](list.Items), nil
 }
 
 func (k nodeKind) annotated(ctx context.Context, lb *lbv1.LoadBalancer) ([]client.Object, error) {
@@ -233,7 +220,7 @@ func (k nodeKind) annotated(ctx context.Context, lb *lbv1.LoadBalancer) ([]clien
 	if err := k.c.List(ctx, &list, client.MatchingFields{indexMemberOf: memberIndexName(ownerValue(lb))}); err != nil {
 		return nil, fmt.Errorf("listing Nodes annotated by LoadBalancer %s/%s: %w", lb.Namespace, lb.Name, err)
 	}
-	return nodePtrs(list.Items), nil
+	return objectPtrs[corev1.Node](list.Items), nil
 }
 
 func (k nodeKind) get(ctx context.Context, _ *lbv1.LoadBalancer, name string) (client.Object, error) {
@@ -249,20 +236,31 @@ func (k nodeKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 			f.ready = c.Status == corev1.ConditionTrue
 		}
 	}
-	f.addresses = map[string]string{}
-	for _, a := range n.Status.Addresses {
-		if _, dup := f.addresses[string(a.Type)]; !dup && a.Address != "" {
-			f.addresses[string(a.Type)] = a.Address
-		}
-	}
+	f.addresses = addressesByType(n.Status.Addresses, func(a corev1.NodeAddress) (string, string) { return string(a.Type), a.Address })
 	f.address = pickAddress(f.addresses)
 	return f
 }
 
-func nodePtrs(items []corev1.Node) []client.Object {
+// objectPtrs returns pointers to the items of a typed list, as client.Objects.
+func objectPtrs[T any, P interface {
+	*T
+	client.Object
+}](items []T) []client.Object {
 	out := make([]client.Object, 0, len(items))
 	for i := range items {
-		out = append(out, &items[i])
+		out = append(out, P(&items[i]))
+	}
+	return out
+}
+
+// addressesByType maps address type to the first non-empty address of that type.
+func addressesByType[A any](addrs []A, typeAndAddress func(A) (string, string)) map[string]string {
+	out := map[string]string{}
+	for _, a := range addrs {
+		typ, addr := typeAndAddress(a)
+		if _, dup := out[typ]; !dup && addr != "" {
+			out[typ] = addr
+		}
 	}
 	return out
 }
