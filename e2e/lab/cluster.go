@@ -38,6 +38,9 @@ const (
 	APIPort = 6443
 	// ReadyzPort is where the stand-in serves https://127.0.0.1:ReadyzPort/readyz.
 	ReadyzPort = 6444
+	// EchoPort is the stand-in's long-lived echo service behind the VIP:
+	// it writes the node name, then answers each line "<node>: <line>".
+	EchoPort = 6445
 	// AdminAddr is the agent's admin listener inside each node.
 	AdminAddr = "127.0.0.1:7473"
 	// Bridge is the switch's bridge.
@@ -152,6 +155,7 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 		}
 		n.Standin, err = n.NS.Start(n.Name+"-standin", []string{opts.StandinBinary,
 			"-name", n.Name, "-service-listen", ":" + strconv.Itoa(APIPort),
+			"-echo-listen", ":" + strconv.Itoa(EchoPort),
 			"-readyz-listen", "127.0.0.1:" + strconv.Itoa(ReadyzPort),
 			"-cert", c.PKI.CertFile, "-key", c.PKI.KeyFile, "-fail-file", n.fail}, nil)
 		if err != nil {

@@ -51,6 +51,17 @@ type quieter interface {
 	SetQuiet(quiet bool)
 }
 
+// handoverRedirector is implemented by data planes that can send the
+// previous owner's TCP flows back to it while it drains (modes/arp), so that
+// a graceful hand-over loses no connection.
+type handoverRedirector interface {
+	HandOverFrom(vips []netip.Addr, prev netip.Addr, window time.Duration)
+}
+
+// handoverRedirectMargin is added to quiesce.drain for the redirect window:
+// the old owner starts draining only once it sees us holding in gossip.
+const handoverRedirectMargin = time.Second
+
 // Agent holds one node's role. Create it with newAgent; Run drives it.
 type Agent struct {
 	cfg    *Config
@@ -202,6 +213,9 @@ func (a *Agent) step(now time.Time) {
 	if want == a.holding && reason != d.Reason {
 		a.waitingReason = reason
 	}
+	if want && !a.holding {
+		a.redirectFromPrevious(view)
+	}
 	if want != a.holding || now.Sub(a.lastSync) >= resync {
 		if err := a.dp.Sync(context.Background(), dataplane.Desired{Announce: want, VIPs: a.vips}); err != nil {
 			a.log.Error(err, "data plane sync failed; retrying", "announce", want)
@@ -232,6 +246,30 @@ func (a *Agent) step(now time.Time) {
 		}
 	}
 	a.publish(now, healthy, healthDetail, eligible, view, d)
+}
+
+// redirectFromPrevious, when claiming the VIPs from a member that still
+// holds them (a graceful hand-over: it drains after we announce), asks the
+// data plane to forward that member's flows to it for the drain window.
+func (a *Agent) redirectFromPrevious(v election.View) {
+	r, ok := a.dp.(handoverRedirector)
+	if !ok || a.cfg.Mode == ModeBGP {
+		return
+	}
+	for _, m := range v.Members {
+		if m.Name == a.cfg.NodeName || !m.Alive || !m.Meta.Holding {
+			continue
+		}
+		for _, mc := range a.cfg.Members {
+			if mc.Name != m.Name {
+				continue
+			}
+			if addr, err := netip.ParseAddr(mc.Address); err == nil {
+				r.HandOverFrom(a.vips, addr, a.cfg.Quiesce.Drain.Duration+handoverRedirectMargin)
+			}
+			return
+		}
+	}
 }
 
 // decide returns whether this node should hold the VIPs and why.

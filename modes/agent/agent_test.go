@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -242,4 +243,47 @@ func TestRunExitsAfterHandoverAndCloses(t *testing.T) {
 	g.Eventually(done, 2*time.Second).Should(Receive(BeNil()))
 	g.Expect(dp.closed).To(BeTrue())
 	g.Expect(ml.left).To(BeTrue())
+}
+
+// redirectDP is a fakeDP that records hand-over redirects.
+type redirectDP struct {
+	*fakeDP
+	prev   []netip.Addr
+	window time.Duration
+}
+
+func (d *redirectDP) HandOverFrom(_ []netip.Addr, prev netip.Addr, window time.Duration) {
+	d.prev, d.window = append(d.prev, prev), window
+}
+
+// TestClaimRedirectsPreviousOwnersFlows: claiming the VIPs from a member that
+// still holds them (it drains after we announce) asks the data plane to send
+// that member's flows back to it for the drain plus a margin; a claim with no
+// previous holder asks nothing.
+func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		bHolding   bool
+		wantRedir  []netip.Addr
+		wantWindow time.Duration
+	}{
+		{name: "hand-over from b", bHolding: true, wantRedir: []netip.Addr{netip.MustParseAddr("192.0.2.2")},
+			wantWindow: 500*time.Millisecond + handoverRedirectMargin},
+		{name: "nobody held the VIPs", bHolding: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			a, ml, fdp, _ := newTestAgent(t, 1)
+			dp := &redirectDP{fakeDP: fdp}
+			a.dp = dp
+			ml.set(0, true, election.Meta{Eligible: false, Holding: tc.bHolding, Quiescing: true})
+			t0 := time.Now()
+			for i := 0; i < 100 && !a.holding; i++ {
+				a.step(t0.Add(time.Duration(i) * 50 * time.Millisecond))
+			}
+			g.Expect(a.holding).To(BeTrue(), a.Status().Waiting)
+			g.Expect(dp.prev).To(Equal(tc.wantRedir))
+			g.Expect(dp.window).To(Equal(tc.wantWindow))
+		})
+	}
 }

@@ -49,6 +49,10 @@ type Announcer struct {
 	quiet  bool
 	closed bool
 	wg     sync.WaitGroup
+
+	// handover forwards the previous owner's flows to it during a graceful
+	// hand-over (nftables; see handover.go).
+	handover *handover
 }
 
 var _ dataplane.Dataplane = &Announcer{}
@@ -87,6 +91,10 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 			}
 		}
 	}
+	a.handover = newHandover(cfg.Interface, log, nil)
+	// A redirect left behind by a killed agent would forward to a node that
+	// may no longer hold the VIP.
+	a.handover.stop("leftover from an earlier run")
 	a.nodeIPv4 = firstIPv4(link)
 	if a.nodeIPv4.IsValid() {
 		c, err := arp.Dial(ifi)
@@ -114,6 +122,9 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 		return errors.New("arp: data plane closed")
 	}
 	var errs []error
+	if len(want) == 0 {
+		a.handover.release("VIPs released")
+	}
 	for v, cancel := range a.held {
 		if !want[v] {
 			cancel()
@@ -174,6 +185,7 @@ func (a *Announcer) Close(context.Context) error {
 		a.log.Info("VIP released", "vip", v.String(), "interface", a.cfg.Interface, "reason", "data plane closed")
 	}
 	a.held = map[netip.Addr]context.CancelFunc{}
+	a.handover.stop("data plane closed")
 	if a.arp != nil {
 		_ = a.arp.Close()
 	}
@@ -183,6 +195,14 @@ func (a *Announcer) Close(context.Context) error {
 	a.mu.Unlock()
 	a.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// HandOverFrom installs, for window, the redirect of TCP flows this node did
+// not see start to prev, the previous owner's node address, which still holds
+// the VIPs while it drains. Call it before the Sync that claims the VIPs.
+// Without the nft binary it logs once and does nothing.
+func (a *Announcer) HandOverFrom(vips []netip.Addr, prev netip.Addr, window time.Duration) {
+	a.handover.start(vips, prev, window)
 }
 
 // Status reports held VIPs and current duplicates.

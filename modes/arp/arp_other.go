@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,3 +41,6 @@ func InterfaceFor(netip.Addr) (string, error) { return "", errLinuxOnly }
 
 // SetQuiet does nothing.
 func (*Announcer) SetQuiet(bool) {}
+
+// HandOverFrom does nothing.
+func (*Announcer) HandOverFrom([]netip.Addr, netip.Addr, time.Duration) {}

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bufio"
 	"flag"
 	"fmt"
 	"log"
@@ -18,6 +19,7 @@ import (
 func main() {
 	name := flag.String("name", "", "node name to answer with")
 	service := flag.String("service-listen", ":6443", "plain TCP service that writes the node name")
+	echo := flag.String("echo-listen", "", "optional long-lived TCP service: writes the node name, then answers each line with \"<name>: <line>\"")
 	readyz := flag.String("readyz-listen", "127.0.0.1:6444", "HTTPS /readyz listener")
 	cert := flag.String("cert", "", "TLS certificate (PEM)")
 	key := flag.String("key", "", "TLS key (PEM)")
@@ -46,6 +48,14 @@ func main() {
 		}
 	}()
 
+	if *echo != "" {
+		eln, err := net.Listen("tcp", *echo)
+		if err != nil {
+			log.Fatalf("standin: echo: %v", err)
+		}
+		go serveEcho(eln, *name)
+	}
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if *failFile != "" {
@@ -59,4 +69,27 @@ func main() {
 	srv := &http.Server{Addr: *readyz, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Printf("standin %s: service %s, readyz https://%s/readyz", *name, *service, *readyz)
 	log.Fatal(srv.ListenAndServeTLS(*cert, *key))
+}
+
+// serveEcho keeps each connection open and answers its lines, so that a test
+// can tell which node holds an established connection.
+func serveEcho(ln net.Listener, name string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			log.Fatalf("standin: echo accept: %v", err)
+		}
+		go func() {
+			defer c.Close()
+			if _, err := fmt.Fprintln(c, name); err != nil {
+				return
+			}
+			sc := bufio.NewScanner(c)
+			for sc.Scan() {
+				if _, err := fmt.Fprintf(c, "%s: %s\n", name, sc.Text()); err != nil {
+					return
+				}
+			}
+		}()
+	}
 }
