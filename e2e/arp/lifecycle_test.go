@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -97,6 +98,9 @@ func TestGracefulHandover(t *testing.T) {
 		g.Expect(failed).To(BeEmpty(), "no connect fails during a graceful hand-over")
 		return
 	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("CI: nft is missing (make nftables installs it), so the zero-loss hand-over is not tested")
+	}
 	// Without nft (no redirect) make-before-break leaves one loss an L2 VIP cannot avoid:
 	// a handshake whose SYN reached the old owner and whose ACK, sent after the client took the
 	// successor's gratuitous ARP, reaches the successor, which resets it (docs/backends/arp.md,
@@ -117,7 +121,7 @@ func TestGracefulHandover(t *testing.T) {
 // (docs/backends/arp.md, "Graceful hand-over"). Needs the nft binary.
 func TestHandoverKeepsEstablished(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs the nft binary (make nftables)")
+		lab.SkipOrFailInCI(t, "needs the nft binary (make nftables)")
 	}
 	// A long drain so that the checks below fit in it comfortably.
 	const drain = 3 * time.Second

@@ -8,36 +8,29 @@ package arp_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/caplb/caplb/e2e/lab"
 )
 
-// binaries built once per test binary by TestMain.
-type binaries struct{ agent, standin string }
-
+// bins are built once per test binary by TestMain, before any test runs, and only read afterwards.
 var bins binaries
+
+// binaries names the lab's programs as the tests use them.
+type binaries struct{ agent, standin string }
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		// Every test skips with the reason; nothing to build.
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "caplb-e2e-arp-bin-")
+	b, cleanup, err := lab.BuildBinaries()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bins = binaries{agent: filepath.Join(dir, "caplb"), standin: filepath.Join(dir, "standin")}
-	for pkg, out := range map[string]string{"./cmd/caplb-agent": bins.agent, "./e2e/lab/standin": bins.standin} {
-		if err := lab.BuildBinary(pkg, out); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
+	bins = binaries{agent: b.Agent, standin: b.Standin}
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }

@@ -8,7 +8,6 @@ package bgp_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/caplb/caplb/e2e/lab"
@@ -27,19 +26,13 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	// Only the lab tests need the binaries, and they skip without root or FRR.
 	if _, err := os.Stat("/usr/lib/frr/bgpd"); err == nil && os.Geteuid() == 0 {
-		dir, err := os.MkdirTemp("", "caplb-bgp-bin-")
+		b, cleanup, err := lab.BuildBinaries()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		bins = binaries{agent: filepath.Join(dir, "caplb"), standin: filepath.Join(dir, "standin")}
-		for pkg, out := range map[string]string{"./cmd/caplb-agent": bins.agent, "./e2e/lab/standin": bins.standin} {
-			if err := lab.BuildBinary(pkg, out); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-		}
+		defer cleanup()
+		bins = binaries{agent: b.Agent, standin: b.Standin}
 	}
 	return m.Run()
 }

@@ -26,18 +26,30 @@ const (
 	frrUser  = "frr"
 )
 
-// SkipUnlessFRR skips t unless root and FRR's zebra and bgpd are installed.
+// SkipUnlessFRR skips t unless root and FRR's zebra and bgpd are installed. Under CI (CI set)
+// a missing FRR fails instead: `make test` installs it, so its absence there is a broken setup,
+// not a reason to report the BGP lab as passing.
 func SkipUnlessFRR(t testing.TB) {
 	t.Helper()
 	SkipUnlessRoot(t)
 	for _, bin := range []string{frrZebra, frrBGPD} {
 		if _, err := os.Stat(bin); err != nil {
-			t.Skipf("needs FRR (%s missing): run `make frr` (apt-get install frr)", bin)
+			SkipOrFailInCI(t, "needs FRR (%s missing): run `make frr` (apt-get install frr)", bin)
 		}
 	}
 	if _, err := exec.LookPath("vtysh"); err != nil {
-		t.Skip("needs FRR's vtysh: run `make frr` (apt-get install frr)")
+		SkipOrFailInCI(t, "needs FRR's vtysh: run `make frr` (apt-get install frr)")
 	}
+}
+
+// SkipOrFailInCI skips t with the reason, except under CI (the CI environment variable set),
+// where `make test` installs every prerequisite and a missing one must fail the run.
+func SkipOrFailInCI(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI: "+format, args...)
+	}
+	t.Skipf(format, args...)
 }
 
 // FRRNeighbor is a BGP neighbour of the lab router.
