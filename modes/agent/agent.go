@@ -25,6 +25,7 @@ type membership interface {
 	SetMeta(election.Meta)
 	Changed() <-chan struct{}
 	ConfirmQuorum() (reached, needed int)
+	ConfirmedAt() time.Time
 	Leave(timeout time.Duration) error
 	Close() error
 }
@@ -80,6 +81,7 @@ type Agent struct {
 	quiescing     bool
 	exiting       bool
 	quorumSince   time.Time
+	quorumLostAt  time.Time
 	handoverStart time.Time
 	successorAt   time.Time
 	successor     string
@@ -183,9 +185,9 @@ func (a *Agent) step(now time.Time) {
 		d = election.Decide(view)
 	}
 	if d.Quorum && a.quorumSince.IsZero() {
-		a.quorumSince = now
-	} else if !d.Quorum {
-		a.quorumSince = time.Time{}
+		a.quorumSince, a.quorumLostAt = now, time.Time{}
+	} else if !d.Quorum && a.quorumLostAt.IsZero() {
+		a.quorumSince, a.quorumLostAt = time.Time{}, now
 	}
 	if !eligible && a.holding && a.handoverStart.IsZero() {
 		a.handoverStart = now
@@ -286,8 +288,12 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		a.claimSince = time.Time{}
 	}
 	switch {
+	case !d.Quorum && a.holding && a.holdThroughNoQuorum(now):
+		return true, "gossip shows no quorum, but a majority answered direct pings just now"
 	case !d.Quorum:
 		return false, d.Reason
+	case a.holding && a.lostContact(now):
+		return false, fmt.Sprintf("no direct answer from a majority for %v", a.cfg.Election.ContactTimeout.Duration)
 	case eligible && d.Owner == self:
 		if a.holding {
 			return true, d.Reason
@@ -363,6 +369,28 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		return true, "quiesce pending: no eligible member to hand over to"
 	}
 	return true, "handing over: waiting for a successor to announce"
+}
+
+// lostContact: a majority has not answered direct pings for longer than
+// election.contactTimeout. Gossip alone can keep a cut-off owner believing
+// it has quorum (see election.Membership.ConfirmedAt).
+func (a *Agent) lostContact(now time.Time) bool {
+	at := a.ml.ConfirmedAt()
+	return !at.IsZero() && now.Sub(at) > a.cfg.Election.ContactTimeout.Duration
+}
+
+// holdThroughNoQuorum: gossip lost quorum only just now, while a majority
+// answered direct pings within the last two probe intervals. When a
+// partition heals, the isolated side's stale death notices make live
+// members look dead for a few milliseconds, until they refute them; an
+// owner that released on that blip would hand the VIP back to the member
+// that was cut off. A real minority stops getting answers before gossip
+// gives up on the others, so it still releases at once.
+func (a *Agent) holdThroughNoQuorum(now time.Time) bool {
+	e := a.cfg.Election
+	at := a.ml.ConfirmedAt()
+	return !at.IsZero() && now.Sub(at) <= 2*e.ProbeInterval.Duration &&
+		!a.quorumLostAt.IsZero() && now.Sub(a.quorumLostAt) <= e.ContactTimeout.Duration
 }
 
 // aliveAhead counts alive members preferred over self.

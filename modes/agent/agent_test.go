@@ -21,6 +21,7 @@ type fakeML struct {
 	selfIdx  int
 	confirm  bool
 	confirms int
+	contact  time.Time
 	changed  chan struct{}
 	left     bool
 }
@@ -44,6 +45,11 @@ func (f *fakeML) ConfirmQuorum() (int, int) {
 		return 2, 2
 	}
 	return 1, 2
+}
+func (f *fakeML) ConfirmedAt() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.contact
 }
 func (f *fakeML) Leave(time.Duration) error { f.left = true; return nil }
 func (f *fakeML) Close() error              { return nil }
@@ -284,6 +290,78 @@ func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
 			g.Expect(a.holding).To(BeTrue(), a.Status().Waiting)
 			g.Expect(dp.prev).To(Equal(tc.wantRedir))
 			g.Expect(dp.window).To(Equal(tc.wantWindow))
+		})
+	}
+}
+
+// TestOwnerReleasesWithoutMajorityContact: gossip still shows a majority, but
+// no majority has answered direct pings for longer than contactTimeout (a
+// link too slow for the probe timeout): the owner releases, and it does not
+// claim again while pings go unanswered.
+func TestOwnerReleasesWithoutMajorityContact(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, dp, _ := newTestAgent(t, 0)
+	t0 := time.Now()
+	a.step(t0)
+	ml.contact = t0.Add(600 * time.Millisecond)
+	a.step(t0.Add(600 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "settled, confirmed: claims")
+
+	a.step(t0.Add(1100 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "contact 500ms old: not longer than contactTimeout")
+
+	ml.confirm = false
+	a.step(t0.Add(1200 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "contact 600ms old: releases")
+	g.Expect(dp.announce).To(BeFalse())
+	g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("no direct answer from a majority"))
+
+	a.step(t0.Add(1500 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "pings still unanswered: no new claim")
+
+	ml.confirm = true
+	ml.contact = t0.Add(1600 * time.Millisecond)
+	a.step(t0.Add(1600 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "contact restored: the most preferred eligible member claims again")
+}
+
+// TestOwnerHoldsThroughNoQuorumBlip: when a partition heals, stale death
+// notices can make gossip show no quorum for a moment; an owner whose
+// majority answered direct pings just now keeps the VIPs, while an owner
+// whose last answer is older (a real minority) releases at once.
+func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
+	cases := []struct {
+		name       string
+		contactAge time.Duration
+		wantHold   bool
+	}{
+		{name: "fresh direct answers: holds", contactAge: 50 * time.Millisecond, wantHold: true},
+		{name: "answers stopped: releases", contactAge: 250 * time.Millisecond, wantHold: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			a, ml, _, _ := newTestAgent(t, 0)
+			t0 := time.Now()
+			a.step(t0)
+			ml.contact = t0.Add(600 * time.Millisecond)
+			a.step(t0.Add(600 * time.Millisecond))
+			g.Expect(a.holding).To(BeTrue())
+
+			ml.set(0, false, election.Meta{})
+			ml.set(1, false, election.Meta{})
+			now := t0.Add(700 * time.Millisecond)
+			ml.contact = now.Add(-tc.contactAge)
+			a.step(now)
+			g.Expect(a.holding).To(Equal(tc.wantHold))
+			if tc.wantHold {
+				g.Expect(a.Status().Waiting).To(ContainSubstring("majority answered direct pings"))
+				// The blip must end: past contactTimeout without gossip
+				// quorum, the owner releases even with fresh answers.
+				ml.contact = t0.Add(1250 * time.Millisecond)
+				a.step(t0.Add(1250 * time.Millisecond))
+				g.Expect(a.holding).To(BeFalse())
+			}
 		})
 	}
 }

@@ -98,6 +98,11 @@ type ElectionConfig struct {
 	Settle Duration `json:"settle,omitempty"`
 	// RejoinInterval between attempts to join members that are down. Default 1s.
 	RejoinInterval Duration `json:"rejoinInterval,omitempty"`
+	// ContactTimeout: an owner that has had no direct answer from a majority
+	// for this long releases the VIPs, even while gossip still lists the
+	// others alive (a link slower than probeTimeout makes that view flap
+	// rather than settle). Default 500ms; at least 2 x probeInterval.
+	ContactTimeout Duration `json:"contactTimeout,omitempty"`
 	// SecretKeyFile holds a 16, 24 or 32 byte key (raw or base64) that
 	// encrypts gossip. Optional.
 	SecretKeyFile string `json:"secretKeyFile,omitempty"`
@@ -206,6 +211,7 @@ func (c *Config) Default() {
 	def(&e.GossipInterval, 20*time.Millisecond)
 	def(&e.Settle, 500*time.Millisecond)
 	def(&e.RejoinInterval, time.Second)
+	def(&e.ContactTimeout, 500*time.Millisecond)
 	def(&c.Quiesce.Drain, 500*time.Millisecond)
 	def(&c.Quiesce.HandoverTimeout, 5*time.Second)
 	if c.Admin.Listen == "" {
@@ -323,6 +329,9 @@ func (c *Config) Validate() error {
 	positive(bad, "election.gossipInterval", e.GossipInterval)
 	positive(bad, "election.settle", e.Settle)
 	positive(bad, "election.rejoinInterval", e.RejoinInterval)
+	if e.ContactTimeout.Duration < 2*e.ProbeInterval.Duration {
+		bad("election.contactTimeout", "%v is shorter than 2 x election.probeInterval (%v); one late ping round would release the VIPs", e.ContactTimeout.Duration, 2*e.ProbeInterval.Duration)
+	}
 	positive(bad, "quiesce.drain", c.Quiesce.Drain)
 	positive(bad, "quiesce.handoverTimeout", c.Quiesce.HandoverTimeout)
 	if l := c.Admin.Listen; l != "0" {

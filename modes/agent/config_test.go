@@ -54,6 +54,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`want a duration such as "200ms"`}},
 		{"probe timeout too long", validYAML + "election: {probeTimeout: 200ms}\n",
 			[]string{"election.probeTimeout: 200ms must be shorter than election.probeInterval (100ms)"}},
+		{"contact timeout too short", validYAML + "election: {contactTimeout: 150ms}\n",
+			[]string{"election.contactTimeout: 150ms is shorter than 2 x election.probeInterval (200ms)"}},
 		{"bgp needs its section", validYAML + "mode: bgp\n", []string{"bgp: is required in bgp mode"}},
 		{"bgp ipv6 vip without an ipv6 peer", validYAML + "mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
 			[]string{"vips: bgp.peers: VIP 2001:db8::10 needs an IPv6 peer"}},

@@ -25,11 +25,15 @@ type Status struct {
 	Eligible  bool     `json:"eligible"`
 	Quiescing bool     `json:"quiescing"`
 	// Quorum, MembersSeen and MembersConfigured: see docs/backends/arp.md.
-	Quorum            bool   `json:"quorum"`
-	MembersSeen       int    `json:"membersSeen"`
-	MembersConfigured int    `json:"membersConfigured"`
-	Owner             string `json:"owner,omitempty"`
-	Decision          string `json:"decision,omitempty"`
+	Quorum            bool `json:"quorum"`
+	MembersSeen       int  `json:"membersSeen"`
+	MembersConfigured int  `json:"membersConfigured"`
+	// MajorityContact: when a majority last answered this member's direct
+	// pings (arp mode); an owner releases once it is older than
+	// election.contactTimeout.
+	MajorityContact *time.Time `json:"majorityContact,omitempty"`
+	Owner           string     `json:"owner,omitempty"`
+	Decision        string     `json:"decision,omitempty"`
 	// Waiting explains why the role does not change yet (settling, draining).
 	Waiting        string         `json:"waiting,omitempty"`
 	Transitions    int            `json:"transitions"`
@@ -67,6 +71,11 @@ func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligib
 		Quorum: d.Quorum, MembersSeen: d.Seen, MembersConfigured: len(a.cfg.Members),
 		Owner: d.Owner, Decision: d.Reason, Waiting: a.waitingReason, Transitions: a.transitions,
 		ConfigDigest: a.cfg.Digest(), Updated: now,
+	}
+	if a.ml != nil {
+		if at := a.ml.ConfirmedAt(); !at.IsZero() {
+			s.MajorityContact = &at
+		}
 	}
 	switch {
 	case a.cfg.Mode == ModeBGP && a.holding:

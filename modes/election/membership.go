@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -56,6 +57,10 @@ type Membership struct {
 
 	mu   sync.Mutex
 	meta Meta
+
+	// confirmedAt (unix nanoseconds) is when a majority last answered
+	// direct pings; see ConfirmedAt.
+	confirmedAt atomic.Int64
 
 	metaUpdates chan struct{}
 	stop        chan struct{}
@@ -110,9 +115,10 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		return nil, fmt.Errorf("election: start memberlist on %s:%d: %w", mc.BindAddr, cfg.Port, err)
 	}
 	m.ml = ml
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.rejoinLoop()
 	go m.metaLoop()
+	go m.confirmLoop()
 	m.rejoin()
 	return m, nil
 }
@@ -160,32 +166,30 @@ func (m *Membership) View() View {
 	return v
 }
 
-// ConfirmQuorum pings the configured members that memberlist shows alive,
-// directly and in parallel, and reports how many members (this one included)
-// answered, and how many make a majority. It returns as soon as a majority
-// answered. A claim must not rest on failure detection alone: detection is
+// ConfirmQuorum pings every other configured member directly, in parallel,
+// at its configured address, and reports how many members (this one
+// included) answered and how many make a majority. It returns as soon as a
+// majority answered. Gossip's view is not consulted: a direct answer is the
+// ground truth that both a claim and a hold rest on. Failure detection is
 // asynchronous, so a member cut off from everybody first sees one peer die
 // and, for a few hundred milliseconds, still believes the other one is there;
-// a direct ping tells it it is alone.
+// and on a healed partition, stale death notices make live members look dead
+// for a moment.
 func (m *Membership) ConfirmQuorum() (reached, needed int) {
 	needed = Majority(len(m.cfg.Members))
 	reached = 1
 	if reached >= needed {
+		m.confirmedAt.Store(time.Now().UnixNano())
 		return reached, needed
-	}
-	alive := map[string]*memberlist.Node{}
-	for _, n := range m.ml.Members() {
-		alive[n.Name] = n
 	}
 	answers := make(chan bool, len(m.cfg.Members))
 	asked := 0
 	for _, c := range m.cfg.Members {
-		n, ok := alive[c.Name]
-		if c.Name == m.cfg.Self || !ok {
+		if c.Name == m.cfg.Self {
 			continue
 		}
 		asked++
-		addr := &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}
+		addr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(c.Address, uint16(m.cfg.Port)))
 		go func(name string) {
 			// Three tries: one lost UDP packet must not veto a claim.
 			for i := 0; i < 3; i++ {
@@ -202,7 +206,24 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 			reached++
 		}
 	}
+	if reached >= needed {
+		m.confirmedAt.Store(time.Now().UnixNano())
+	}
 	return reached, needed
+}
+
+// ConfirmedAt is when a majority (this member included) last answered direct
+// pings, zero if never. A background loop pings every ProbeInterval, so an
+// owner can tell that it has lost touch with the group even while gossip
+// still lists the others: on a link too slow for the probe timeout, suspicion
+// is refuted and the rejoin loop reconnects over TCP, so the dead-or-alive
+// view can flap for as long as the fault lasts.
+func (m *Membership) ConfirmedAt() time.Time {
+	ns := m.confirmedAt.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Leave tells the others that this member is going (they drop it at once
@@ -247,6 +268,21 @@ func (m *Membership) metaLoop() {
 				m.log.V(1).Info("metadata broadcast not confirmed", "error", err.Error())
 			}
 			m.notify()
+		}
+	}
+}
+
+// confirmLoop keeps ConfirmedAt current.
+func (m *Membership) confirmLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.ConfirmQuorum()
 		}
 	}
 }
