@@ -301,11 +301,7 @@ func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
 func TestOwnerReleasesWithoutMajorityContact(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, dp, _ := newTestAgent(t, 0)
-	t0 := time.Now()
-	a.step(t0)
-	ml.contact = t0.Add(600 * time.Millisecond)
-	a.step(t0.Add(600 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "settled, confirmed: claims")
+	t0 := claimAsMostPreferred(t, a, ml)
 
 	a.step(t0.Add(1100 * time.Millisecond))
 	g.Expect(a.holding).To(BeTrue(), "contact 500ms old: not longer than contactTimeout")
@@ -342,11 +338,7 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			a, ml, _, _ := newTestAgent(t, 0)
-			t0 := time.Now()
-			a.step(t0)
-			ml.contact = t0.Add(600 * time.Millisecond)
-			a.step(t0.Add(600 * time.Millisecond))
-			g.Expect(a.holding).To(BeTrue())
+			t0 := claimAsMostPreferred(t, a, ml)
 
 			ml.set(0, false, election.Meta{})
 			ml.set(1, false, election.Meta{})
@@ -364,4 +356,19 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// claimAsMostPreferred steps a (the most preferred member, every other one
+// eligible and alive) through settle to a claim with a direct-ping answer at
+// claim time, and returns the time of the first step; the claim is at +600ms.
+func claimAsMostPreferred(t *testing.T, a *Agent, ml *fakeML) time.Time {
+	t.Helper()
+	t0 := time.Now()
+	a.step(t0)
+	ml.contact = t0.Add(600 * time.Millisecond)
+	a.step(t0.Add(600 * time.Millisecond))
+	if !a.holding {
+		t.Fatalf("settled and confirmed, yet no claim: %+v", a.Status())
+	}
+	return t0
 }

@@ -116,9 +116,9 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 	}
 	m.ml = ml
 	m.wg.Add(3)
-	go m.rejoinLoop()
+	go m.every(cfg.RejoinInterval, m.rejoin)
 	go m.metaLoop()
-	go m.confirmLoop()
+	go m.every(cfg.ProbeInterval, func() { m.ConfirmQuorum() })
 	m.rejoin()
 	return m, nil
 }
@@ -272,32 +272,18 @@ func (m *Membership) metaLoop() {
 	}
 }
 
-// confirmLoop keeps ConfirmedAt current.
-func (m *Membership) confirmLoop() {
+// every runs fn every interval until Close; one of the background loops
+// (the rejoin loop, the direct-ping loop that keeps ConfirmedAt current).
+func (m *Membership) every(interval time.Duration, fn func()) {
 	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.ProbeInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
-			m.ConfirmQuorum()
-		}
-	}
-}
-
-// rejoinLoop joins configured members that are not alive.
-func (m *Membership) rejoinLoop() {
-	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.RejoinInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.rejoin()
+			fn()
 		}
 	}
 }

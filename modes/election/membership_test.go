@@ -1,0 +1,113 @@
+package election
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+)
+
+// startTrio runs three real memberships on 127.0.0.1-3 (Linux routes all of
+// 127/8 to loopback) sharing one free port, and closes them at the end.
+func startTrio(t *testing.T) []*Membership {
+	t.Helper()
+	port := freePort(t)
+	var members []Member
+	for i := 1; i <= 3; i++ {
+		members = append(members, Member{Name: fmt.Sprintf("m%d", i), Address: netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})})
+	}
+	var ms []*Membership
+	for _, self := range members {
+		m, err := Start(Config{
+			Self: self.Name, Members: members, Port: port,
+			ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
+			SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
+		}, Meta{Eligible: true}, logr.Discard())
+		if err != nil {
+			t.Fatalf("start %s: %v", self.Name, err)
+		}
+		ms = append(ms, m)
+		t.Cleanup(func() { _ = m.Close() })
+	}
+	return ms
+}
+
+// freePort finds a port free for UDP and TCP on 127.0.0.1-3.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for try := 0; try < 20; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		ok := true
+		for i := 1; i <= 3 && ok; i++ {
+			addr := fmt.Sprintf("127.0.0.%d:%d", i, port)
+			u, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				ok = false
+				break
+			}
+			_ = u.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no port free for UDP and TCP on 127.0.0.1-3")
+	return 0
+}
+
+// TestDirectContactTracksReachability: with all three up, every member keeps
+// ConfirmedAt fresh; once two are gone, the survivor's direct pings go
+// unanswered (whatever gossip still believes) and ConfirmedAt stops moving.
+func TestDirectContactTracksReachability(t *testing.T) {
+	g := NewWithT(t)
+	ms := startTrio(t)
+
+	for _, m := range ms {
+		g.Eventually(func() time.Duration {
+			at := m.ConfirmedAt()
+			if at.IsZero() {
+				return time.Hour
+			}
+			return time.Since(at)
+		}, 5*time.Second, 20*time.Millisecond).Should(BeNumerically("<", 300*time.Millisecond),
+			"%s hears directly from a majority", m.cfg.Self)
+	}
+	reached, needed := ms[0].ConfirmQuorum()
+	g.Expect(needed).To(Equal(2))
+	g.Expect(reached).To(BeNumerically(">=", 2))
+
+	// Shutdown without Leave: to gossip, m2 and m3 are alive until probes
+	// fail; direct pings say at once that m1 is alone.
+	g.Expect(ms[1].Close()).To(Succeed())
+	g.Expect(ms[2].Close()).To(Succeed())
+	reached, _ = ms[0].ConfirmQuorum()
+	g.Expect(reached).To(Equal(1), "nobody answers m1's direct pings")
+	stopped := ms[0].ConfirmedAt()
+	g.Consistently(ms[0].ConfirmedAt, 500*time.Millisecond, 50*time.Millisecond).Should(Equal(stopped),
+		"no majority answer after the others stopped")
+}
+
+// TestSingleMemberIsAlwaysInContact: a group of one is its own majority.
+func TestSingleMemberIsAlwaysInContact(t *testing.T) {
+	g := NewWithT(t)
+	port := freePort(t)
+	m, err := Start(Config{
+		Self: "solo", Members: []Member{{Name: "solo", Address: netip.MustParseAddr("127.0.0.1")}}, Port: port,
+		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
+		SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: time.Second,
+	}, Meta{}, logr.Discard())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = m.Close() }()
+	reached, needed := m.ConfirmQuorum()
+	g.Expect([]int{reached, needed}).To(Equal([]int{1, 1}))
+	g.Expect(m.ConfirmedAt()).NotTo(BeZero())
+}
