@@ -100,11 +100,15 @@ func (s *ownerSampler) check(t *testing.T) {
 	if len(s.samples) < 50 {
 		t.Errorf("only %d owner samples taken", len(s.samples))
 	}
+	var ev []string
+	for _, e := range s.events {
+		ev = append(ev, e.at.Format("15:04:05.000")+" "+e.what)
+	}
+	if len(bad) == 0 && t.Failed() {
+		// Something else failed: the faults' timeline lines up with the agents' logs.
+		t.Logf("events:\n%s", strings.Join(ev, "\n"))
+	}
 	if len(bad) > 0 {
-		var ev []string
-		for _, e := range s.events {
-			ev = append(ev, e.at.Format("15:04:05.000")+" "+e.what)
-		}
 		t.Errorf("%d of %d samples outside transition windows without exactly one owner:\n%s\nevents:\n%s",
 			len(bad), len(s.samples), strings.Join(first(bad, 20), "\n"), strings.Join(ev, "\n"))
 	}

@@ -184,6 +184,14 @@ func (a *Agent) step(now time.Time) {
 		view = a.ml.View()
 		d = election.Decide(view)
 	}
+	// Out of touch with a majority (a bad link, or this process stalled):
+	// the view is stale, so a claim waits a full settle once contact is
+	// back, as after a loss of quorum. Otherwise a node that stalled while
+	// holding would release and then reclaim from a view that still shows
+	// its successor dead, moving the VIP back.
+	if a.ml != nil && a.lostContact(now) {
+		a.quorumSince = time.Time{}
+	}
 	if d.Quorum && a.quorumSince.IsZero() {
 		a.quorumSince, a.quorumLostAt = now, time.Time{}
 	} else if !d.Quorum && a.quorumLostAt.IsZero() {

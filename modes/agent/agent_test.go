@@ -318,7 +318,40 @@ func TestOwnerReleasesWithoutMajorityContact(t *testing.T) {
 	ml.confirm = true
 	ml.contact = t0.Add(1600 * time.Millisecond)
 	a.step(t0.Add(1600 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "contact restored: the most preferred eligible member claims again")
+	g.Expect(a.holding).To(BeFalse(), "contact just restored: the view may be stale, settle first")
+	g.Expect(a.Status().Waiting).To(ContainSubstring("settling"))
+
+	ml.contact = t0.Add(2100 * time.Millisecond)
+	a.step(t0.Add(2100 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "settled with contact: the most preferred eligible member claims again")
+}
+
+// TestStalledOwnerDoesNotReclaim: an owner whose process stalled past
+// contactTimeout wakes up to a stale view in which its successor looks dead.
+// It releases, and in the settle that follows it learns that the successor
+// holds the VIP, so the VIP does not move back.
+func TestStalledOwnerDoesNotReclaim(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, _, _ := newTestAgent(t, 0)
+	t0 := claimAsMostPreferred(t, a, ml)
+
+	// Woken up 700 ms later: the last answer is from before the stall, b
+	// (the successor) is dead in the stale view, c is alive and not holding.
+	ml.set(0, false, election.Meta{})
+	a.step(t0.Add(1300 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "stale contact: releases")
+
+	// The next ping round is answered; the view still shows nobody holding.
+	ml.contact = t0.Add(1350 * time.Millisecond)
+	a.step(t0.Add(1350 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "no claim from a stale view right after contact returns")
+
+	// Gossip catches up within the settle: b holds the VIP.
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	ml.contact = t0.Add(1900 * time.Millisecond)
+	a.step(t0.Add(1900 * time.Millisecond))
+	g.Expect(a.holding).To(BeFalse(), "b holds and is eligible: stays backup")
+	g.Expect(a.Status().Owner).To(Equal("b"))
 }
 
 // TestOwnerHoldsThroughNoQuorumBlip: when a partition heals, stale death
