@@ -135,10 +135,7 @@ func TestClaimWaitsForSettleAndConfirmation(t *testing.T) {
 func TestMakeBeforeBreak(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, dp, _ := newTestAgent(t, 0)
-	t0 := time.Now()
-	a.step(t0)
-	a.step(t0.Add(time.Second))
-	g.Expect(a.holding).To(BeTrue())
+	t0 := claimAsMostPreferred(t, a, ml)
 
 	a.quiescing = true
 	a.step(t0.Add(2 * time.Second))
@@ -160,10 +157,7 @@ func TestMakeBeforeBreak(t *testing.T) {
 func TestRecoveryDuringDrainDoesNotReclaim(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, _, h := newTestAgent(t, 0)
-	t0 := time.Now()
-	a.step(t0)
-	a.step(t0.Add(time.Second))
-	g.Expect(a.holding).To(BeTrue())
+	t0 := claimAsMostPreferred(t, a, ml)
 	h.ok = false
 	a.step(t0.Add(1100 * time.Millisecond))
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b took over
@@ -302,6 +296,7 @@ func TestOwnerReleasesWithoutMajorityContact(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, dp, _ := newTestAgent(t, 0)
 	t0 := claimAsMostPreferred(t, a, ml)
+	ml.contact = t0.Add(600 * time.Millisecond)
 
 	a.step(t0.Add(1100 * time.Millisecond))
 	g.Expect(a.holding).To(BeTrue(), "contact 500ms old: not longer than contactTimeout")
@@ -334,6 +329,7 @@ func TestStalledOwnerDoesNotReclaim(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, _, _ := newTestAgent(t, 0)
 	t0 := claimAsMostPreferred(t, a, ml)
+	ml.contact = t0.Add(600 * time.Millisecond)
 
 	// Woken up 700 ms later: the last answer is from before the stall, b
 	// (the successor) is dead in the stale view, c is alive and not holding.
@@ -392,13 +388,13 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 }
 
 // claimAsMostPreferred steps a (the most preferred member, every other one
-// eligible and alive) through settle to a claim with a direct-ping answer at
-// claim time, and returns the time of the first step; the claim is at +600ms.
+// eligible and alive) through settle to a claim, and returns the time of the
+// first step; the claim is at +600ms. The fake reports no direct-contact time
+// unless a test sets ml.contact.
 func claimAsMostPreferred(t *testing.T, a *Agent, ml *fakeML) time.Time {
 	t.Helper()
 	t0 := time.Now()
 	a.step(t0)
-	ml.contact = t0.Add(600 * time.Millisecond)
 	a.step(t0.Add(600 * time.Millisecond))
 	if !a.holding {
 		t.Fatalf("settled and confirmed, yet no claim: %+v", a.Status())
