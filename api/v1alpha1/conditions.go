@@ -61,3 +61,26 @@ const (
 	// DeletingReason: the LoadBalancer is being deleted and is releasing its members.
 	DeletingReason = "Deleting"
 )
+
+// Conditions and reasons of the VIP backends (arp, bgp).
+const (
+	// AddressAllocatedCondition is True when the VIP is known: spec.endpoint.host, or the
+	// address the IPAM pool allocated to the LoadBalancer's IPAddressClaim. While it is False its
+	// message says what allocation waits for.
+	AddressAllocatedCondition = "AddressAllocated"
+	// AddressAllocatedReason: the VIP is known.
+	AddressAllocatedReason = "AddressAllocated"
+	// WaitingForAddressReason: the IPAddressClaim exists and the pool has not allocated yet (the
+	// pool's provider is missing, the pool is exhausted, or the Cluster is paused).
+	WaitingForAddressReason = "WaitingForAddress"
+	// PoolNotFoundReason: spec.backend.<kind>.addressFrom.poolRef names no pool.
+	PoolNotFoundReason = "PoolNotFound"
+
+	// AgentsReadyCondition is True when every member's node agent reports the current
+	// membership version. Its message lists the members that lag.
+	AgentsReadyCondition = "AgentsReady"
+	// AgentsReadyReason: every member's agent runs the current membership.
+	AgentsReadyReason = "AgentsReady"
+	// WaitingForAgentsReason: some member's agent has not reported, or reports an older membership.
+	WaitingForAgentsReason = "WaitingForAgents"
+)

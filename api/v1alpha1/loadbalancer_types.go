@@ -10,6 +10,9 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 
 // LoadBalancerSpec selects the members of a control-plane load balancer and picks its backend.
 // +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required when spec.targetKind.kind is Machine: set it to the name of the Cluster whose control plane this LoadBalancer fronts"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint.host) && self.endpoint.host != ''))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint.host) && self.endpoint.host != ''))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint.host) || self.endpoint.host == '' || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -102,22 +105,53 @@ func (e APIEndpoint) IsValid() bool { return e.Host != "" && e.Port != 0 }
 // Backend selects the data plane. Exactly one field is set.
 // +kubebuilder:validation:MinProperties=1
 // +kubebuilder:validation:MaxProperties=1
-// +kubebuilder:validation:XValidation:rule="has(self.static) == has(oldSelf.static)",message="spec.backend kind cannot change after creation: create a new LoadBalancer with the other backend"
+// +kubebuilder:validation:XValidation:rule="has(self.static) == has(oldSelf.static) && has(self.arp) == has(oldSelf.arp) && has(self.bgp) == has(oldSelf.bgp)",message="spec.backend kind cannot change after creation: create a new LoadBalancer with the other backend"
 type Backend struct {
 	// static publishes a fixed endpoint (an external load balancer or DNS name, in
 	// spec.endpoint.host) or, with spec.endpoint.host empty, the address of one ready member.
 	// +optional
 	Static *StaticBackend `json:"static,omitempty"`
+
+	// arp serves the endpoint on a virtual IP held by one elected member on the members' L2
+	// segment.
+	// +optional
+	ARP *ARPBackend `json:"arp,omitempty"`
+
+	// bgp serves the endpoint on a virtual IP that every healthy member announces to its routers.
+	// +optional
+	BGP *BGPBackend `json:"bgp,omitempty"`
 }
 
-// Kind returns the name of the backend that is set ("static"), or "" when none is.
+// Backend kinds, the names of the fields under spec.backend.
+const (
+	BackendStatic = "static"
+	BackendARP    = "arp"
+	BackendBGP    = "bgp"
+)
+
+// Kind returns the name of the backend that is set ("static", "arp", "bgp"), or "" when none is.
 func (b Backend) Kind() string {
 	switch {
 	case b.Static != nil:
-		return "static"
+		return BackendStatic
+	case b.ARP != nil:
+		return BackendARP
+	case b.BGP != nil:
+		return BackendBGP
 	default:
 		return ""
 	}
+}
+
+// VIP returns the shared VIP settings of an arp or bgp backend, nil for other kinds.
+func (b Backend) VIP() *VIPBackend {
+	switch {
+	case b.ARP != nil:
+		return &b.ARP.VIPBackend
+	case b.BGP != nil:
+		return &b.BGP.VIPBackend
+	}
+	return nil
 }
 
 // StaticBackend has no data plane of its own.

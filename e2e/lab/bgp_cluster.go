@@ -138,6 +138,7 @@ func (m *BGPMember) AgentConfig() agent.Config {
 			HoldTime: d(c.opts.HoldTime), ConnectRetry: d(time.Second)})
 	}
 	cfg := agent.Config{
+		TypeMeta: agent.NewConfig().TypeMeta,
 		NodeName: m.Name, Mode: agent.ModeBGP, Port: c.Port,
 		Health: agent.HealthConfig{URL: "https://127.0.0.1:6444/readyz", CAFile: c.pki.CAFile,
 			Interval: agent.Duration{Duration: c.opts.HealthInterval}, Timeout: agent.Duration{Duration: 500 * time.Millisecond},

@@ -172,6 +172,7 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 
 func (c *Cluster) writeConfig(i int, n *Node) error {
 	cfg := agent.Config{
+		TypeMeta:  agent.NewConfig().TypeMeta,
 		NodeName:  n.Name,
 		VIPs:      nil,
 		Port:      APIPort,

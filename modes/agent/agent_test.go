@@ -90,6 +90,8 @@ func (h *fakeHealth) state() (bool, string) { return h.ok, "fake" }
 func newTestAgent(t *testing.T, selfIdx int) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
 	t.Helper()
 	cfg, err := Parse([]byte(`
+apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
+kind: AgentConfiguration
 nodeName: self
 vips: ["192.0.2.10"]
 members: [{name: self, address: 192.0.2.1}, {name: b, address: 192.0.2.2}, {name: c, address: 192.0.2.3}]
@@ -231,8 +233,8 @@ func TestReleaseRules(t *testing.T) {
 func TestRunExitsAfterHandoverAndCloses(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, dp, _ := newTestAgent(t, 0)
-	a.cfg.Quiesce.Drain = Duration{10 * time.Millisecond}
-	a.cfg.Election.Settle = Duration{time.Millisecond}
+	a.cfg.Quiesce.Drain = Duration{Duration: 10 * time.Millisecond}
+	a.cfg.Election.Settle = Duration{Duration: time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, context.Background()) }()

@@ -9,6 +9,8 @@ import (
 )
 
 const validYAML = `
+apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
+kind: AgentConfiguration
 nodeName: cp-1
 vips: ["192.0.2.10", "2001:db8::10"]
 members:

@@ -120,7 +120,7 @@ func TestParseCommunity(t *testing.T) {
 	g.Expect(v).To(Equal(uint32(0xFFFFFF01)))
 	l, err := parseLargeCommunity("4200000000:1:2")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l).To(Equal(largeCommunity{4200000000, 1, 2}))
+	g.Expect(l).To(Equal(largeCommunity{ASN: 4200000000, Local1: 1, Local2: 2}))
 }
 
 func TestReadPassword(t *testing.T) {

@@ -30,7 +30,7 @@ func newPathAttrs(cfg Config) (pathAttrs, error) {
 		if err != nil {
 			return a, fmt.Errorf("bgp.largeCommunities[%d]: %w", i, err)
 		}
-		a.large = append(a.large, bgp.NewLargeCommunity(c.asn, c.local1, c.local2))
+		a.large = append(a.large, bgp.NewLargeCommunity(c.ASN, c.Local1, c.Local2))
 	}
 	return a, nil
 }

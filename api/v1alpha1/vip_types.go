@@ -1,0 +1,201 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ARPBackend serves the endpoint on a virtual IP that one elected member holds on the members'
+// L2 segment (gratuitous ARP / unsolicited NA). The node agents run from the bootstrap Secret the
+// controller renders (status.agentSecretName); see docs/backends/arp.md.
+type ARPBackend struct {
+	VIPBackend `json:",inline"`
+}
+
+// BGPBackend serves the endpoint on a virtual IP that every healthy member announces to its
+// routers as a /32 (/128); the routers spread connections by ECMP. See docs/backends/bgp.md.
+// +kubebuilder:validation:XValidation:rule="!has(self.peers) || self.peers.all(p, self.peers.exists_one(q, q.address == p.address))",message="spec.backend.bgp.peers[].address must be unique: list each router once"
+type BGPBackend struct {
+	VIPBackend `json:",inline"`
+
+	// asn is the members' autonomous system number (1-4294967295), usually one private ASN
+	// shared by the control-plane nodes.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	ASN int64 `json:"asn"`
+
+	// peers are the routers every member announces the VIP to.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Peers []BGPPeer `json:"peers"`
+
+	// communities are standard communities ("65000:100" or a well-known name such as
+	// "no-export") attached to the VIP's routes.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=32
+	Communities []string `json:"communities,omitempty"`
+}
+
+// BGPPeer is one router.
+type BGPPeer struct {
+	// address of the router, an IP address.
+	// +required
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="spec.backend.bgp.peers[].address must be an IP address (10.0.0.1, fd00::1)"
+	Address string `json:"address"`
+
+	// asn of the router; equal to spec.backend.bgp.asn makes an iBGP session.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	ASN int64 `json:"asn"`
+
+	// port of the router's BGP listener. Default 179.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// ebgpMultihop is the TTL for an eBGP router that is not directly connected.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	EBGPMultihop int32 `json:"ebgpMultihop,omitempty"`
+
+	// holdTime proposed to the router: whole seconds, at least 3s. Default 9s.
+	// +optional
+	HoldTime *metav1.Duration `json:"holdTime,omitempty"`
+
+	// keepaliveTime: whole seconds, shorter than holdTime. Default a third of holdTime.
+	// +optional
+	KeepaliveTime *metav1.Duration `json:"keepaliveTime,omitempty"`
+
+	// connectRetry is the interval between attempts to reach a router that is down. Default 5s.
+	// +optional
+	ConnectRetry *metav1.Duration `json:"connectRetry,omitempty"`
+
+	// passwordSecretRef names a Secret key in the LoadBalancer's namespace holding the RFC 2385
+	// TCP-MD5 password. The controller copies it into the bootstrap Secret; it is never logged.
+	// +optional
+	PasswordSecretRef *SecretKeyReference `json:"passwordSecretRef,omitempty"`
+}
+
+// SecretKeyReference names one key of a Secret in the LoadBalancer's namespace.
+type SecretKeyReference struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key in the Secret's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// VIPBackend holds what the ARP and BGP backends share: where the VIP comes from, the ports it
+// serves, and how the node agents run.
+// +kubebuilder:validation:XValidation:rule="has(self.addressFrom) == has(oldSelf.addressFrom) && (!has(self.addressFrom) || self.addressFrom == oldSelf.addressFrom)",message="addressFrom cannot change once set: the VIP is baked into certificates and kubeconfigs; create a new LoadBalancer instead"
+type VIPBackend struct {
+	// addressFrom allocates the VIP from a CAPI IPAM pool (an IPAddressClaim owned by the
+	// LoadBalancer). Leave it out to use spec.endpoint.host, which must then be an IP address.
+	// The VIP is installed on nodes as a /32 (/128) whatever the pool's prefix.
+	// +optional
+	AddressFrom *AddressFrom `json:"addressFrom,omitempty"`
+
+	// extraPorts the VIP serves beyond the API port, where a control plane needs them (RKE2
+	// registers nodes on 9345).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	ExtraPorts []int32 `json:"extraPorts,omitempty"`
+
+	// agent configures the node agents the bootstrap Secret runs.
+	// +optional
+	Agent AgentSpec `json:"agent,omitzero"`
+}
+
+// AddressFrom names where a VIP is allocated.
+type AddressFrom struct {
+	// poolRef is the IPAM pool, e.g. {apiGroup: ipam.cluster.x-k8s.io, kind: InClusterIPPool,
+	// name: vips} (or GlobalInClusterIPPool).
+	// +required
+	PoolRef IPPoolReference `json:"poolRef"`
+}
+
+// IPPoolReference names an IPAM pool.
+type IPPoolReference struct {
+	// apiGroup of the pool kind, e.g. ipam.cluster.x-k8s.io.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIGroup string `json:"apiGroup"`
+	// kind of the pool, e.g. InClusterIPPool or GlobalInClusterIPPool.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// name of the pool (in the LoadBalancer's namespace for namespaced kinds).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// AgentSpec configures the node agents.
+type AgentSpec struct {
+	// flavor of the control plane's nodes, for the paths the agent reads: the API server's CA and
+	// the kubelet's kubeconfig. kubeadm (default), k3s or rke2.
+	// +optional
+	// +kubebuilder:validation:Enum=kubeadm;k3s;rke2
+	Flavor string `json:"flavor,omitempty"`
+
+	// image of the agent's static pod. Default: the manager's --agent-image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// interface that carries the VIP (arp). Default: the interface of the route to the VIP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	Interface string `json:"interface,omitempty"`
+
+	// caFile on the node that verifies the local API server. Default per flavor (kubeadm
+	// /etc/kubernetes/pki/ca.crt, k3s /var/lib/rancher/k3s/server/tls/server-ca.crt, rke2
+	// /var/lib/rancher/rke2/server/tls/server-ca.crt).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	CAFile string `json:"caFile,omitempty"`
+
+	// timers override the election and hand-over defaults (docs/backends/arp.md explains each).
+	// +optional
+	Timers *AgentTimers `json:"timers,omitempty"`
+}
+
+// AgentTimers are optional overrides of the agent's election and hand-over timers.
+type AgentTimers struct {
+	// probeInterval of the failure detector. Default 100ms.
+	// +optional
+	ProbeInterval *metav1.Duration `json:"probeInterval,omitempty"`
+	// probeTimeout of one probe, shorter than probeInterval. Default 50ms.
+	// +optional
+	ProbeTimeout *metav1.Duration `json:"probeTimeout,omitempty"`
+	// contactTimeout: an owner with no direct answer from a majority this long releases.
+	// Default 500ms.
+	// +optional
+	ContactTimeout *metav1.Duration `json:"contactTimeout,omitempty"`
+	// settle: after regaining quorum a member waits this long before it may claim. Default 500ms.
+	// +optional
+	Settle *metav1.Duration `json:"settle,omitempty"`
+	// drain: a quiescing owner keeps the VIP this long after its successor announced it.
+	// Default 500ms.
+	// +optional
+	Drain *metav1.Duration `json:"drain,omitempty"`
+}
