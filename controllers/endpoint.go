@@ -61,27 +61,36 @@ func decideClusterEndpoint(theirs, ours lbv1.APIEndpoint) clusterDecision {
 // decideAdoption is the pure adoption rule, applied before the backend runs: when
 // spec.endpoint.host is empty and the Cluster already has an endpoint that caplb did not put
 // there, that endpoint becomes ours (written to spec.endpoint, so it persists and is immutable
-// from then on). wasInSync is true when the ClusterEndpoint condition says the Cluster matched our
-// endpoint before: then a difference means our endpoint moved (static, host empty) or somebody
-// edited the Cluster, and adopting would hide that — it is a mismatch instead. The second result
-// says why adoption is refused when it otherwise would apply.
-func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared bool) (adopt bool, refusal string) {
+// from then on). compared is true when the ClusterEndpoint condition says the Cluster was compared
+// with our endpoint before: then a difference means our endpoint moved (static, host empty) or
+// somebody edited the Cluster, and adopting would hide that — it is a mismatch instead. Two more
+// refusals keep caplb from adopting its own guess as if a person had chosen it, which would pin a
+// member's address for ever (a crash between the Cluster patch and the status patch loses the
+// condition): publishedByUs (the Cluster carries EndpointPublishedByAnnotation naming this
+// LoadBalancer), and a host that is one of our members' addresses. The second result says why
+// adoption is refused when it otherwise would apply.
+func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared, publishedByUs bool, memberAddrs map[string]bool) (adopt bool, refusal string) {
 	if spec.Host != "" || !theirs.IsValid() || theirs == status || compared {
 		return false, ""
 	}
-	if spec.Port != 0 && spec.Port != theirs.Port {
+	switch {
+	case publishedByUs:
+		return false, fmt.Sprintf("the Cluster's endpoint %s:%d was published by this LoadBalancer (%s): it is caplb's own choice, not a person's", theirs.Host, theirs.Port, lbv1.EndpointPublishedByAnnotation)
+	case memberAddrs[theirs.Host]:
+		return false, fmt.Sprintf("the Cluster's endpoint host %s is the address of one of this LoadBalancer's members: adopting it would pin that member for ever", theirs.Host)
+	case spec.Port != 0 && spec.Port != theirs.Port:
 		return false, fmt.Sprintf("the Cluster's endpoint %s:%d has another port than spec.endpoint.port (%d)", theirs.Host, theirs.Port, spec.Port)
-	}
-	if !ValidHost(theirs.Host) {
+	case !lbv1.ValidHost(theirs.Host):
 		return false, fmt.Sprintf("the Cluster's endpoint host %q is not an IP address or lower-case DNS name", theirs.Host)
 	}
 	return true, ""
 }
 
-// reconcileAdoption adopts the Cluster's endpoint when decideAdoption says so.
-func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope) error {
+// reconcileAdoption adopts the Cluster's endpoint when decideAdoption says so. It runs once the
+// members are gathered (their addresses are never adopted) and before the backend runs.
+func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope) {
 	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() {
-		return nil
+		return
 	}
 	lb := s.lb
 	theirs := clusterEndpointOf(s.cluster)
@@ -92,18 +101,24 @@ func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope
 	case lbv1.ClusterEndpointSetReason, lbv1.ClusterEndpointMismatchReason:
 		compared = true
 	}
-	adopt, refusal := decideAdoption(lb.Spec.Endpoint, lb.Status.Endpoint, theirs, compared)
+	publishedByUs := s.cluster.GetAnnotations()[lbv1.EndpointPublishedByAnnotation] == lb.Name
+	memberAddrs := map[string]bool{}
+	for _, m := range s.members {
+		for _, a := range m.facts.addresses {
+			memberAddrs[a] = true
+		}
+	}
+	adopt, refusal := decideAdoption(lb.Spec.Endpoint, lb.Status.Endpoint, theirs, compared, publishedByUs, memberAddrs)
 	if refusal != "" {
 		ctrl.LoggerFrom(ctx).V(1).Info("Not adopting the Cluster's endpoint", "reason", refusal)
 	}
 	if !adopt {
-		return nil
+		return
 	}
 	lb.Spec.Endpoint = theirs
 	r.event(lb, s.cluster, false, lbv1.EventEndpointAdopted, "Adopt",
 		"Cluster %s already has controlPlaneEndpoint %s:%d and spec.endpoint.host was empty: adopted it into spec.endpoint",
 		s.cluster.Name, theirs.Host, theirs.Port)
-	return nil
 }
 
 // reconcileEndpoint sets EndpointAvailable and publishes the endpoint to the Cluster and the
@@ -186,6 +201,14 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 	case decidePublish:
 		original := cluster.DeepCopy()
 		cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: ours.Host, Port: ours.Port}
+		// Who wrote it, in the same patch: after a crash before our status is written, the next
+		// reconcile must recognise its own choice rather than adopt it (decideAdoption).
+		anns := cluster.GetAnnotations()
+		if anns == nil {
+			anns = map[string]string{}
+		}
+		anns[lbv1.EndpointPublishedByAnnotation] = lb.Name
+		cluster.SetAnnotations(anns)
 		// Optimistic lock: if somebody (CAPI copying from an InfraCluster) set an endpoint since
 		// our cache saw the Cluster, the patch fails and the next reconcile sees theirs.
 		if err := r.Client.Patch(ctx, cluster, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {

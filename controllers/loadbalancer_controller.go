@@ -206,9 +206,6 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	s.lb.Status.Backend = b.Kind()
 
 	var errs []error
-	if err := r.reconcileAdoption(ctx, s); err != nil {
-		errs = append(errs, err)
-	}
 	if err := r.reconcileMembers(ctx, s); err != nil {
 		errs = append(errs, err)
 	}

@@ -26,6 +26,7 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 		return err
 	}
 	s.members, s.gathered = members, true
+	r.reconcileAdoption(ctx, s)
 
 	mid := map[string]record{}
 	for _, m := range members {

@@ -85,6 +85,7 @@ func TestIntegration(t *testing.T) {
 			{"HooksSkippedWithoutNode", testHooksSkippedWithoutNode},
 			{"PauseUnpause", testPause},
 			{"Admission", testAdmission},
+			{"Immutability", testImmutability},
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
 		} {
