@@ -265,50 +265,82 @@ func loadBalancerRefNames(ref map[string]any, lb *lbv1.LoadBalancer) bool {
 	return true
 }
 
-// publishToControlPlane fills spec.controlPlaneEndpoint of the object behind
-// Cluster.spec.controlPlaneRef when its spec.loadBalancerRef names this LoadBalancer and the
-// field is empty (the proposal's contract between load balancer and control plane providers).
-// The object is read live as unstructured, at the version the RESTMapper prefers, so the
-// manager needs neither a cache nor list/watch rights for control-plane kinds.
+// controlPlaneRecheck is how soon a control plane that is missing, or that does not (yet) take our
+// endpoint, is looked at again when no watch on its kind tells us it changed.
+const controlPlaneRecheck = time.Minute
+
+// publishToControlPlane writes our endpoint to the control plane's spec.controlPlaneEndpoint when
+// its spec.loadBalancerRef names this LoadBalancer and it has no endpoint. Only an in-sync
+// outcome is remembered as final; "not named", "has another endpoint" and "not found" are looked
+// at again when the control plane changes (a metadata watch on its kind) or, without a watch,
+// every controlPlaneRecheck.
 func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *scope) error {
 	lb := s.lb
 	if s.cluster == nil || !s.cluster.Spec.ControlPlaneRef.IsDefined() || !lb.Status.Endpoint.IsValid() {
 		return nil
 	}
 	ref := s.cluster.Spec.ControlPlaneRef
-	memo := fmt.Sprintf("%s/%s/%s=%s:%d", ref.APIGroup, ref.Kind, ref.Name, lb.Status.Endpoint.Host, lb.Status.Endpoint.Port)
-	if v, ok := r.cpPublished.Load(lb.UID); ok && v == memo {
-		return nil
+	refKey := fmt.Sprintf("%s/%s/%s=%s:%d", ref.APIGroup, ref.Kind, ref.Name, lb.Status.Endpoint.Host, lb.Status.Endpoint.Port)
+	var memo cpMemo
+	if v, ok := r.cpPublished.Load(lb.UID); ok {
+		memo = v.(cpMemo)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues(ref.Kind, klog.KRef(lb.Namespace, ref.Name))
 	mapping, err := r.RESTMapper.RESTMapping(schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind})
 	if err != nil {
 		if meta.IsNoMatchError(err) {
 			log.V(1).Info("Control plane kind is not served; not publishing to it")
+			s.requeueAfter(controlPlaneRecheck)
 			return nil
 		}
 		return fmt.Errorf("resolving the version of %s.%s: %w", ref.Kind, ref.APIGroup, err)
 	}
+	key := client.ObjectKey{Namespace: lb.Namespace, Name: ref.Name}
+	if r.cpWatches.ensure(ctx, mapping.GroupVersionKind) {
+		// The watch's cache holds the control plane's metadata: unchanged since we last looked
+		// means nothing to do, whatever we found then.
+		pm := &metav1.PartialObjectMetadata{}
+		pm.SetGroupVersionKind(mapping.GroupVersionKind)
+		switch err := r.Client.Get(ctx, key, pm); {
+		case apierrors.IsNotFound(err):
+			r.cpPublished.Delete(lb.UID)
+			return nil // the watch reports its creation
+		case err == nil && memo.ref == refKey && memo.resourceVersion == pm.GetResourceVersion():
+			return nil
+		}
+	} else {
+		if memo.ref == refKey && memo.inSync {
+			return nil
+		}
+		s.requeueAfter(controlPlaneRecheck)
+	}
+
 	cp := &unstructured.Unstructured{}
 	cp.SetGroupVersionKind(mapping.GroupVersionKind)
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: ref.Name}, cp); err != nil {
+	if err := r.APIReader.Get(ctx, key, cp); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.cpPublished.Delete(lb.UID)
+			s.requeueAfter(controlPlaneRecheck)
 			return nil
 		}
 		return fmt.Errorf("reading control plane %s %s/%s: %w", ref.Kind, lb.Namespace, ref.Name, err)
 	}
+	remember := func(rv string, inSync bool) {
+		r.cpPublished.Store(lb.UID, cpMemo{ref: refKey, resourceVersion: rv, inSync: inSync})
+	}
 	lbRef, found, err := unstructured.NestedMap(cp.Object, "spec", "loadBalancerRef")
 	if err != nil || !found || !loadBalancerRefNames(lbRef, lb) {
-		r.cpPublished.Store(lb.UID, memo)
+		remember(cp.GetResourceVersion(), false)
 		return nil
 	}
 	host, _, _ := unstructured.NestedString(cp.Object, "spec", "controlPlaneEndpoint", "host")
 	port, _, _ := unstructured.NestedInt64(cp.Object, "spec", "controlPlaneEndpoint", "port")
 	if host != "" || port != 0 {
-		if host != lb.Status.Endpoint.Host || port != int64(lb.Status.Endpoint.Port) {
+		inSync := host == lb.Status.Endpoint.Host && port == int64(lb.Status.Endpoint.Port)
+		if !inSync && !memo.inSync && memo.resourceVersion != cp.GetResourceVersion() {
 			log.Info("Control plane already has another endpoint; leaving it", "host", host, "port", port)
 		}
-		r.cpPublished.Store(lb.UID, memo)
+		remember(cp.GetResourceVersion(), inSync)
 		return nil
 	}
 	body, err := json.Marshal(map[string]any{
@@ -321,9 +353,15 @@ func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *s
 		return err
 	}
 	if err := r.Client.Patch(ctx, cp, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsConflict(err) {
+			// The control plane changed since we read it: look again, as the Cluster path does.
+			log.V(1).Info("Control plane changed while publishing the endpoint; retrying")
+			s.requeueAfter(clusterConflictRetry)
+			return nil
+		}
 		return fmt.Errorf("publishing the endpoint to control plane %s %s/%s: %w", ref.Kind, lb.Namespace, ref.Name, err)
 	}
-	r.cpPublished.Store(lb.UID, memo)
+	remember(cp.GetResourceVersion(), true)
 	r.Metrics.endpointPublished.WithLabelValues("ControlPlane").Inc()
 	r.event(lb, cp, false, lbv1.EventControlPlaneEndpointSet, "Publish", "set %s %s spec.controlPlaneEndpoint to %s:%d",
 		ref.Kind, ref.Name, lb.Status.Endpoint.Host, lb.Status.Endpoint.Port)

@@ -34,7 +34,7 @@ import (
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=*,verbs=get;patch
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kubeadmcontrolplanes;kthreescontrolplanes;rke2controlplanes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
 
 // LoadBalancerReconciler reconciles LoadBalancers: it picks the members, runs each member's
@@ -57,9 +57,12 @@ type LoadBalancerReconciler struct {
 	// Now returns the current time; tests fix it.
 	Now func() time.Time
 
-	// cpPublished remembers, per LoadBalancer UID, the control-plane object and endpoint last
-	// found in sync, to spare a live GET per reconcile. Losing it (a restart) costs one GET.
+	// cpPublished remembers, per LoadBalancer UID, a cpMemo: the control plane last looked at
+	// and whether our endpoint is on it, to spare a live GET per reconcile. Losing it (a restart)
+	// costs one GET.
 	cpPublished sync.Map
+	// cpWatches adds a metadata watch per control-plane kind met (see controlPlaneWatches).
+	cpWatches *controlPlaneWatches
 	// claimsReported remembers which claimed members were reported (see firstClaimReport).
 	claimsReported sync.Map
 	// pending holds, per LoadBalancer, the status last written until the cache shows it

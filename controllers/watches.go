@@ -25,7 +25,7 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 		t := true
 		opts.SkipNameValidation = &t
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(opts).
 		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged)).
@@ -35,7 +35,12 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 			builderPredicates(memberChanged(nodeView))).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
 			builderPredicates(clusterChanged)).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.cpWatches = &controlPlaneWatches{ctrl: c, cache: mgr.GetCache(), toRequests: r.controlPlaneToLoadBalancers}
+	return nil
 }
 
 // lbChanged passes LoadBalancer updates that need a reconcile: spec (generation), labels,

@@ -86,6 +86,7 @@ func TestIntegration(t *testing.T) {
 			{"PauseUnpause", testPause},
 			{"Admission", testAdmission},
 			{"Immutability", testImmutability},
+			{"ControlPlanePublication", testControlPlanePublication},
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
 		} {
