@@ -33,7 +33,6 @@ import (
 // +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kubeadmcontrolplanes;kthreescontrolplanes;rke2controlplanes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
 
@@ -56,6 +55,9 @@ type LoadBalancerReconciler struct {
 	Metrics *Metrics
 	// Now returns the current time; tests fix it.
 	Now func() time.Time
+	// NodeTargetsNamespace is the only namespace whose LoadBalancers may target Nodes; empty
+	// disables Node targets (see node_targets.go).
+	NodeTargetsNamespace string
 
 	// cpPublished remembers, per LoadBalancer UID, a cpMemo: the control plane last looked at
 	// and whether our endpoint is on it, to spare a live GET per reconcile. Losing it (a restart)
@@ -137,7 +139,7 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(lb.Namespace, lb.Spec.ClusterName))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	s := &scope{lb: lb, kind: kindFor(lb, r.Client)}
+	s := &scope{lb: lb, kind: r.memberKindFor(lb)}
 	if lb.Spec.ClusterName != "" {
 		cluster := &clusterv1.Cluster{}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: lb.Spec.ClusterName}, cluster)
@@ -198,7 +200,8 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 // reconcileNormal runs the phases of a LoadBalancer that is not being deleted.
 func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) error {
-	if s.invalid = Validate(s.lb, r.Backends); len(s.invalid) > 0 {
+	s.invalid = append(nodeTargetErrors(s.lb, r.NodeTargetsNamespace), Validate(s.lb, r.Backends)...)
+	if len(s.invalid) > 0 {
 		return r.reconcileInvalid(ctx, s)
 	}
 	b, err := r.Backends.Get(s.lb.Spec.Backend.Kind())

@@ -48,6 +48,9 @@ type Options struct {
 	SkipNameValidation bool
 	// Now is the clock; nil means time.Now. Tests that fix it should fix the backends' too.
 	Now func() time.Time
+	// NodeTargetsNamespace enables LoadBalancers with targetKind Node, only in this namespace
+	// (the manager's own); empty disables them and the manager does not watch Nodes.
+	NodeTargetsNamespace string
 }
 
 // AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events), CAPI
@@ -103,6 +106,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Backends:   reg,
 		Metrics:    metrics,
 		Now:        opts.Now,
+
+		NodeTargetsNamespace: opts.NodeTargetsNamespace,
 	}
 	workers := opts.MaxConcurrentReconciles
 	if workers <= 0 {

@@ -25,17 +25,20 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 		t := true
 		opts.SkipNameValidation = &t
 	}
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(opts).
 		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged)).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.machineToLoadBalancers),
 			builderPredicates(memberChanged(machineView))).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLoadBalancers),
-			builderPredicates(memberChanged(nodeView))).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
-			builderPredicates(clusterChanged)).
-		Build(r)
+			builderPredicates(clusterChanged))
+	if r.NodeTargetsNamespace != "" {
+		// Only with Node targets enabled: otherwise the manager needs no access to Nodes at all.
+		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLoadBalancers),
+			builderPredicates(memberChanged(nodeView)))
+	}
+	c, err := b.Build(r)
 	if err != nil {
 		return err
 	}

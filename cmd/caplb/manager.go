@@ -32,6 +32,7 @@ type managerOptions struct {
 	qps                    float32
 	burst                  int
 	shutdownTimeout        time.Duration
+	nodeTargetsNamespace   string
 	zap                    zap.Options
 }
 
@@ -54,9 +55,11 @@ func newManagerCommand() *cobra.Command {
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among manager replicas through a Lease, so that only one reconciles")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the manager's own namespace)")
 	fs.IntVar(&o.concurrency, "concurrency", controllers.DefaultMaxConcurrentReconciles, "LoadBalancers reconciled in parallel")
-	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (LoadBalancers, Machines, Clusters); Nodes are cluster-scoped and always watched")
+	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (LoadBalancers, Machines, Clusters); Nodes (cluster-scoped) are watched only with --node-targets-namespace")
 	fs.Float32Var(&o.qps, "kube-api-qps", 0, "client-side request rate limit to the API server; 0 leaves it off (API priority and fairness applies)")
 	fs.IntVar(&o.burst, "kube-api-burst", 0, "client-side burst, with --kube-api-qps")
+	fs.StringVar(&o.nodeTargetsNamespace, "node-targets-namespace", "", "accept LoadBalancers with targetKind Node, only in this namespace (the manager's own); "+
+		"needs the node-targets RBAC component. Empty (the default) disables Node targets")
 	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	goFlags := flag.NewFlagSet("manager", flag.ContinueOnError)
 	ctrlconfig.RegisterFlags(goFlags) // --kubeconfig
@@ -104,7 +107,8 @@ func runManager(o managerOptions) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{MaxConcurrentReconciles: o.concurrency}); err != nil {
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		MaxConcurrentReconciles: o.concurrency, NodeTargetsNamespace: o.nodeTargetsNamespace}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -151,6 +151,9 @@ func (e *Env) StartCAPI(ctx context.Context) (*Running, error) {
 type CAPLBOptions struct {
 	// MaxConcurrentReconciles for caplb's controllers; zero takes the controllers' default.
 	MaxConcurrentReconciles int
+	// NodeTargetsNamespace enables Node targets for LoadBalancers in this namespace (the
+	// manager's --node-targets-namespace).
+	NodeTargetsNamespace string
 }
 
 // StartCAPLB starts caplb's controllers in a manager of their own. Stop it and call StartCAPLB
@@ -171,6 +174,7 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 	}
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		NodeTargetsNamespace:    o.NodeTargetsNamespace,
 		// A restarted manager registers the same controller name again in this process.
 		SkipNameValidation: true,
 	}); err != nil {

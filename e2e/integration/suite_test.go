@@ -12,6 +12,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -27,6 +28,13 @@ const (
 	// flowTimeout bounds one step of a caplb flow.
 	flowTimeout = 45 * time.Second
 )
+
+// nodeTargetsNS plays the manager's own namespace: the only one whose LoadBalancers may target
+// Nodes.
+const nodeTargetsNS = "caplb-system"
+
+// caplbOptions is how every flow's caplb manager runs (restarts included).
+var caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS}
 
 // suite is the shared control plane and managers.
 type suite struct {
@@ -66,7 +74,10 @@ func TestIntegration(t *testing.T) {
 	if s.capi, err = env.StartCAPI(ctx); err != nil {
 		t.Fatalf("starting CAPI reconcilers: %v", err)
 	}
-	if s.caplb, err = env.StartCAPLB(ctx, harness.CAPLBOptions{}); err != nil {
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeTargetsNS}}); err != nil {
+		t.Fatalf("creating the manager's namespace: %v", err)
+	}
+	if s.caplb, err = env.StartCAPLB(ctx, caplbOptions); err != nil {
 		t.Fatalf("starting caplb manager: %v", err)
 	}
 
@@ -89,6 +100,7 @@ func TestIntegration(t *testing.T) {
 			{"ControlPlanePublication", testControlPlanePublication},
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
+			{"NodeTargetsFenced", testNodeTargetsFenced},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
