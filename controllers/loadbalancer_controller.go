@@ -235,23 +235,26 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 func (r *LoadBalancerReconciler) patchLoadBalancer(ctx context.Context, helper *patch.Helper, before, lb *lbv1.LoadBalancer) error {
 	status := lb.Status.DeepCopy()
 	lb.Status = *before.Status.DeepCopy()
-	if err := helper.Patch(ctx, lb); err != nil {
-		lb.Status = *status
-		return err
-	}
+	// A failed metadata/spec patch (an adopted endpoint the API server refuses, a webhook, a
+	// conflict) must not also cost the status: it explains what went wrong and carries the members'
+	// states, so it is written regardless and the spec error is returned with it.
+	specErr := helper.Patch(ctx, lb)
 	lb.Status = *status
+	if specErr != nil {
+		specErr = fmt.Errorf("patching LoadBalancer metadata and spec: %w", specErr)
+	}
 	if statusJSON(lb) == statusJSON(before) {
-		return nil
+		return specErr
 	}
 	base := before.DeepCopy()
 	base.ObjectMeta = *lb.ObjectMeta.DeepCopy()
 	base.Spec = *lb.Spec.DeepCopy()
 	if err := r.Client.Status().Patch(ctx, lb, client.MergeFrom(base)); err != nil {
 		if apierrors.IsNotFound(err) && !lb.DeletionTimestamp.IsZero() && len(lb.Finalizers) == 0 {
-			return nil // deleted once our finalizer went
+			return specErr // deleted once our finalizer went
 		}
-		return fmt.Errorf("patching LoadBalancer status: %w", err)
+		return errors.Join(specErr, fmt.Errorf("patching LoadBalancer status: %w", err))
 	}
 	r.remember(lb)
-	return nil
+	return specErr
 }

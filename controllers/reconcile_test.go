@@ -8,10 +8,13 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
@@ -383,12 +386,27 @@ func TestNodeTargets(t *testing.T) {
 	lb.Spec.HealthCheck.Disabled = true
 	h := newHarness(t, testNode("n1", "10.0.0.1", true, true), testNode("n2", "10.0.0.2", false, true), lb)
 	g := h.g
+	// Fenced by default: no Node is touched and the spec is refused.
 	h.reconcile("lb")
 	got := h.lb("lb")
+	g.Expect(targetStates(got)).To(BeEmpty())
+	g.Expect(conditions.GetReason(got, lbv1.ReadyCondition)).To(Equal(lbv1.InvalidSpecReason))
+	g.Expect(conditions.GetMessage(got, lbv1.ReadyCondition)).To(ContainSubstring("Node targets are disabled on this manager"))
+	n := testNode("", "", false, false)
+	g.Expect(h.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n)).To(Succeed())
+	g.Expect(n.Annotations).To(BeEmpty())
+
+	// Another namespace than the allowed one: still refused.
+	h.r.NodeTargetsNamespace = "caplb-system"
+	h.reconcile("lb")
+	g.Expect(conditions.GetMessage(h.lb("lb"), lbv1.ReadyCondition)).To(ContainSubstring(`only for LoadBalancers in namespace "caplb-system"`))
+
+	h.r.NodeTargetsNamespace = lb.Namespace
+	h.reconcile("lb")
+	got = h.lb("lb")
 	g.Expect(targetStates(got)).To(Equal(map[string]lbv1.TargetState{"n1": lbv1.TargetActive}))
 	g.Expect(got.Status.Endpoint.Host).To(Equal("10.0.0.1"))
 	g.Expect(conditions.GetReason(got, lbv1.ClusterEndpointCondition)).To(Equal(lbv1.NoClusterReason))
-	n := testNode("", "", false, false)
 	g.Expect(h.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n)).To(Succeed())
 	g.Expect(n.Annotations).To(Equal(map[string]string{lbv1.NameAnnotation: "ns/lb", lbv1.StatusAnnotation: "active"}),
 		"Nodes get no deletion hook")
@@ -414,4 +432,30 @@ func seriesCount(c prometheus.Collector) int {
 	c.Collect(ch)
 	close(ch)
 	return len(ch)
+}
+
+// A refused metadata/spec patch does not stop the status from being written: an adopted
+// endpoint that the API server rejects must not freeze status.targets and the conditions.
+func TestStatusWrittenWhenSpecPatchFails(t *testing.T) {
+	cluster := testCluster("c")
+	cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "api.example.com", Port: 6443}
+	lb := testLB("lb", "c")
+	lb.Spec.HealthCheck.Disabled = true
+	h := newHarness(t, cluster, testMachine("m1", "c", "10.0.0.1", true, true), lb)
+	g := h.g
+	// Every patch of the LoadBalancer except its status fails.
+	h.r.Client = interceptor.NewClient(h.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*lbv1.LoadBalancer); ok {
+				return apierrors.NewInvalid(lbv1.GroupVersion.WithKind("LoadBalancer").GroupKind(), obj.GetName(), nil)
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	_, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lb)})
+	g.Expect(err).To(MatchError(ContainSubstring("patching LoadBalancer metadata and spec")))
+	got := h.lb("lb")
+	g.Expect(got.Spec.Endpoint.Host).To(BeEmpty(), "the spec patch was refused")
+	g.Expect(targetStates(got)).To(Equal(map[string]lbv1.TargetState{"m1": lbv1.TargetActive}), "status written all the same")
+	g.Expect(got.Status.Endpoint.Host).To(Equal("api.example.com"))
 }
