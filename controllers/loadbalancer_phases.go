@@ -278,8 +278,10 @@ func (r *LoadBalancerReconciler) reconcileInvalid(ctx context.Context, s *scope)
 			errs = append(errs, err)
 			continue
 		}
-		r.event(lb, obj, true, lbv1.EventTargetRemoved, "Remove",
-			"%s %s is being deleted while the spec is invalid: released its pre-drain hook without quiescing", s.kind.kind(), f.name)
+		b := &eventBatch{}
+		b.add(obj, true, lbv1.EventTargetRemoved, "Remove", fmt.Sprintf(
+			"%s %s is being deleted while the spec is invalid: released its pre-drain hook without quiescing", s.kind.kind(), f.name))
+		r.flush(lb, b)
 		for i := range lb.Status.Targets {
 			if lb.Status.Targets[i].Name == f.name {
 				lb.Status.Targets[i].State = lbv1.TargetRemoved

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -458,4 +461,40 @@ func TestStatusWrittenWhenSpecPatchFails(t *testing.T) {
 	g.Expect(got.Spec.Endpoint.Host).To(BeEmpty(), "the spec patch was refused")
 	g.Expect(targetStates(got)).To(Equal(map[string]lbv1.TargetState{"m1": lbv1.TargetActive}), "status written all the same")
 	g.Expect(got.Status.Endpoint.Host).To(Equal("api.example.com"))
+}
+
+// Member transitions a person looking at one Machine cares about are recorded regarding the
+// Machine too (kubectl describe machine), not only regarding the LoadBalancer; a member joining is
+// not (it would double the event writes when thousands of LoadBalancers are created).
+func TestMemberEventsOnTheMachine(t *testing.T) {
+	h := newHarness(t, testCluster("c1"), testMachine("m1", "c1", "10.0.0.1", true, true),
+		testMachine("m2", "c1", "10.0.0.2", true, true), testLB("lb", "c1"))
+	g := h.g
+	rec := &regardingRecorder{}
+	h.r.Recorder = rec
+	h.reconcile("lb")
+	g.Expect(rec.on("Machine", "m2")).To(BeEmpty(), "joining is told on the LoadBalancer only")
+	h.annotate("m2", lbv1.DisabledAnnotation, "true", false)
+	h.reconcile("lb")
+	g.Expect(rec.on("Machine", "m2")).To(ContainElement(And(ContainSubstring(lbv1.EventTargetDisabling), ContainSubstring("LoadBalancer lb"))))
+	g.Expect(rec.on("Machine", "m1")).To(BeEmpty())
+}
+
+// regardingRecorder keeps each event's regarding object.
+type regardingRecorder struct{ got []string }
+
+func (r *regardingRecorder) Eventf(regarding, _ runtime.Object, typ, reason, _, note string, args ...any) {
+	o, _ := regarding.(client.Object)
+	kind := fmt.Sprintf("%T", regarding)
+	r.got = append(r.got, fmt.Sprintf("%s|%s|%s %s %s", kind, o.GetName(), typ, reason, fmt.Sprintf(note, args...)))
+}
+
+func (r *regardingRecorder) on(kind, name string) []string {
+	var out []string
+	for _, e := range r.got {
+		if strings.HasPrefix(e, "*v1beta2."+kind+"|"+name+"|") || strings.HasPrefix(e, "*v1."+kind+"|"+name+"|") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
