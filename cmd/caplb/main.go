@@ -16,7 +16,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newManagerCommand(), newAgentCommand())
+	root.AddCommand(newManagerCommand(), newAgentCommand(), newCleanupCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "caplb:", err)
 		os.Exit(1)

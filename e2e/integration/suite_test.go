@@ -110,6 +110,8 @@ func TestIntegration(t *testing.T) {
 	})
 	// Restarts the shared caplb manager: runs alone, after the parallel flows.
 	t.Run("ManagerRestartMidQuiesce", func(t *testing.T) { testRestartMidQuiesce(t, s) })
+	// Stops the shared manager and releases its marks by hand: last.
+	t.Run("UninstallCleanup", func(t *testing.T) { testUninstallCleanup(t, s) })
 }
 
 // fixture is one flow's namespace and Cluster.
