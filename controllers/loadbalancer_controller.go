@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,6 +205,7 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	if len(s.invalid) > 0 {
 		return r.reconcileInvalid(ctx, s)
 	}
+	ensureClusterOwnerRef(s.lb, s.cluster)
 	b, err := r.Backends.Get(s.lb.Spec.Backend.Kind())
 	if err != nil {
 		return err // Validate checked it; unreachable unless the registry changed.
@@ -257,4 +259,29 @@ func (r *LoadBalancerReconciler) patchLoadBalancer(ctx context.Context, helper *
 	}
 	r.remember(lb)
 	return specErr
+}
+
+// ensureClusterOwnerRef makes the Cluster an owner (not the controller) of the LoadBalancer, so
+// that `clusterctl move` takes it along with the Cluster and deleting the Cluster deletes it; its
+// finalizer still releases the hooks first. The patch helper writes it with the reconcile's
+// other metadata changes.
+func ensureClusterOwnerRef(lb *lbv1.LoadBalancer, cluster *clusterv1.Cluster) {
+	if cluster == nil || cluster.UID == "" {
+		return
+	}
+	refs := lb.GetOwnerReferences()
+	for i, ref := range refs {
+		if ref.Kind == "Cluster" && ref.Name == cluster.Name && strings.HasPrefix(ref.APIVersion, clusterv1.GroupVersion.Group+"/") {
+			if ref.UID == cluster.UID && ref.APIVersion == clusterv1.GroupVersion.String() {
+				return
+			}
+			// A Cluster recreated under the same name, or an older API version: point at this one.
+			refs[i].UID, refs[i].APIVersion = cluster.UID, clusterv1.GroupVersion.String()
+			lb.SetOwnerReferences(refs)
+			return
+		}
+	}
+	lb.SetOwnerReferences(append(refs, metav1.OwnerReference{
+		APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster", Name: cluster.Name, UID: cluster.UID,
+	}))
 }

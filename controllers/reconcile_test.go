@@ -498,3 +498,23 @@ func (r *regardingRecorder) on(kind, name string) []string {
 	}
 	return out
 }
+
+// The Cluster owns its LoadBalancer (clusterctl move and Cluster deletion take it along); a
+// recreated Cluster of the same name takes the reference over.
+func TestClusterOwnsLoadBalancer(t *testing.T) {
+	c := testCluster("c1")
+	c.UID = "uid-1"
+	h := newHarness(t, c, testLB("lb", "c1"))
+	g := h.g
+	h.reconcile("lb")
+	refs := h.lb("lb").OwnerReferences
+	g.Expect(refs).To(HaveLen(1))
+	g.Expect(refs[0].Kind).To(Equal("Cluster"))
+	g.Expect(refs[0].UID).To(BeEquivalentTo("uid-1"))
+	g.Expect(refs[0].Controller).To(BeNil(), "an owner, not the controller")
+
+	lb := h.lb("lb")
+	ensureClusterOwnerRef(lb, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c1", UID: "uid-2"}})
+	g.Expect(lb.OwnerReferences).To(HaveLen(1))
+	g.Expect(lb.OwnerReferences[0].UID).To(BeEquivalentTo("uid-2"))
+}
