@@ -58,6 +58,15 @@ func (w *controlPlaneWatches) ensure(ctx context.Context, gvk schema.GroupVersio
 	return err == nil
 }
 
+// synced reports whether the watch on gvk has synced, without waiting: a cache read of a kind
+// whose informer cannot list (RBAC) would block the reconcile worker until it does.
+func (w *controlPlaneWatches) synced(ctx context.Context, gvk schema.GroupVersionKind) bool {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	inf, err := w.cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	return err == nil && inf.HasSynced()
+}
+
 // controlPlaneToLoadBalancers maps a control plane to the LoadBalancers of the Clusters in its
 // namespace whose spec.controlPlaneRef names it.
 func (r *LoadBalancerReconciler) controlPlaneToLoadBalancers(ctx context.Context, o client.Object) []reconcile.Request {

@@ -296,7 +296,7 @@ func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *s
 		return fmt.Errorf("resolving the version of %s.%s: %w", ref.Kind, ref.APIGroup, err)
 	}
 	key := client.ObjectKey{Namespace: lb.Namespace, Name: ref.Name}
-	if r.cpWatches.ensure(ctx, mapping.GroupVersionKind) {
+	if r.cpWatches.ensure(ctx, mapping.GroupVersionKind) && r.cpWatches.synced(ctx, mapping.GroupVersionKind) {
 		// The watch's cache holds the control plane's metadata: unchanged since we last looked
 		// means nothing to do, whatever we found then.
 		pm := &metav1.PartialObjectMetadata{}
@@ -309,6 +309,7 @@ func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *s
 			return nil
 		}
 	} else {
+		// No (synced) watch: the manager may not list this kind, or its cache is still filling.
 		if memo.ref == refKey && memo.inSync {
 			return nil
 		}

@@ -154,6 +154,9 @@ type CAPLBOptions struct {
 	// NodeTargetsNamespace enables Node targets for LoadBalancers in this namespace (the
 	// manager's --node-targets-namespace).
 	NodeTargetsNamespace string
+	// ServiceAccount ("namespace/name"), when set, is impersonated by the manager: it then runs
+	// with exactly the RBAC bound to that account (see ApplyShippedRBAC) instead of as admin.
+	ServiceAccount string
 }
 
 // StartCAPLB starts caplb's controllers in a manager of their own. Stop it and call StartCAPLB
@@ -168,7 +171,11 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 	}
 	opts := e.managerOptions()
 	opts.Scheme = scheme
-	mgr, err := ctrl.NewManager(e.Config, opts)
+	cfg := e.Config
+	if o.ServiceAccount != "" {
+		cfg = ImpersonateServiceAccount(e.Config, o.ServiceAccount)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating caplb manager: %w", err)
 	}

@@ -1,10 +1,14 @@
 package integration
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -20,6 +24,9 @@ var testControlPlaneGVK = schema.GroupVersionKind{Group: "controlplane.caplb.tes
 // spec.loadBalancerRef only later, both get the endpoint (through the watch on their kind).
 func testControlPlanePublication(t *testing.T, s *suite) {
 	g := NewWithT(t)
+	// The shipped RBAC covers the known control-plane kinds only; a platform with another kind
+	// grants it as this test does for its own.
+	g.Expect(grantControlPlaneKind(t, s, "testcontrolplanes."+testControlPlaneGVK.Group)).To(Succeed())
 	f := newFixture(t, s, harness.ClusterOptions{})
 	// The Cluster points at a control plane that does not exist yet.
 	c := &clusterv1.Cluster{}
@@ -62,4 +69,27 @@ func testControlPlanePublication(t *testing.T, s *suite) {
 		g.Expect(host).To(Equal("api.example.com"))
 		g.Expect(port).To(Equal(int64(6443)))
 	}, flowTimeout).Should(Succeed())
+}
+
+// grantControlPlaneKind lets the manager's ServiceAccount read, watch and patch one more
+// control-plane resource ("<plural>.<group>"), the way docs/contract.md tells operators to.
+func grantControlPlaneKind(t *testing.T, s *suite, resource string) error {
+	plural, group, _ := strings.Cut(resource, ".")
+	ns, name, _ := strings.Cut(harness.ShippedServiceAccount, "/")
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "caplb-manager-" + plural},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{plural},
+			Verbs: []string{"get", "list", "watch", "patch"}}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "caplb-manager-" + plural},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
+	}
+	for _, o := range []client.Object{role, binding} {
+		if err := s.env.Client.Create(t.Context(), o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
 }

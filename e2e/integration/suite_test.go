@@ -12,7 +12,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -34,7 +33,7 @@ const (
 const nodeTargetsNS = "caplb-system"
 
 // caplbOptions is how every flow's caplb manager runs (restarts included).
-var caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS}
+var caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS, ServiceAccount: harness.ShippedServiceAccount}
 
 // suite is the shared control plane and managers.
 type suite struct {
@@ -74,8 +73,10 @@ func TestIntegration(t *testing.T) {
 	if s.capi, err = env.StartCAPI(ctx); err != nil {
 		t.Fatalf("starting CAPI reconcilers: %v", err)
 	}
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeTargetsNS}}); err != nil {
-		t.Fatalf("creating the manager's namespace: %v", err)
+	// The manager runs as its ServiceAccount under the RBAC config/rbac ships (and the
+	// node-targets component's): a missing verb fails a flow.
+	if err := env.ApplyShippedRBAC(ctx); err != nil {
+		t.Fatalf("applying the shipped RBAC: %v", err)
 	}
 	if s.caplb, err = env.StartCAPLB(ctx, caplbOptions); err != nil {
 		t.Fatalf("starting caplb manager: %v", err)
