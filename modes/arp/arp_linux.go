@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -279,6 +280,13 @@ func (a *Announcer) announce(vip netip.Addr) {
 			p, err := arp.NewPacket(op, mac, vip, ethernet.Broadcast, vip)
 			if err == nil {
 				err = a.arp.WriteTo(p, ethernet.Broadcast)
+				if errors.Is(err, syscall.ENETDOWN) {
+					// A link that went down since the last send leaves
+					// ENETDOWN pending on the socket, reported once: the
+					// link may be back, so the first announcement after a
+					// flap must not be the one lost.
+					err = a.arp.WriteTo(p, ethernet.Broadcast)
+				}
 			}
 			if err != nil {
 				a.log.Error(err, "gratuitous ARP failed", "vip", vip.String())
@@ -349,7 +357,13 @@ func (a *Announcer) readARP() {
 			if a.isClosed() {
 				return
 			}
-			// Malformed packets are skipped; socket errors end the loop.
+			// The interface went down: the kernel reports it once on the
+			// socket (ENETDOWN), which keeps working once the link is back.
+			if errors.Is(err, syscall.ENETDOWN) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			// Malformed packets are skipped; other socket errors end the loop.
 			var se *net.OpError
 			if errors.As(err, &se) {
 				a.log.Error(err, "ARP socket read failed; duplicate detection stops")
