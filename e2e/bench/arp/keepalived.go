@@ -49,8 +49,11 @@ func (d caplbDaemon) waitExit(n *lab.Node, timeout time.Duration) error {
 }
 
 // keepalivedDaemon runs Debian's keepalived on every node, tuned as the
-// brief's peer: VRRPv3, advert_int 0.1, nopreempt, every node BACKUP with
-// equal priority. Health reaches it through a track_file (inotify: as fast
+// brief's peer: VRRPv3, advert_int 0.1, nopreempt, every node BACKUP,
+// priorities 100, 99, 98 in member order (distinct, as tuned deployments
+// use: with equal priorities two backups time out together, both become
+// master for a moment and the client can be left on the loser's MAC until
+// keepalived's 5 s gratuitous-ARP repeat; seen in this lab). Health reaches it through a track_file (inotify: as fast
 // as a health signal can be; caplb polls /readyz every 200 ms, fall 2).
 type keepalivedDaemon struct {
 	c       *lab.Cluster
@@ -80,8 +83,8 @@ func findKeepalived() (string, error) {
 
 func newKeepalived(c *lab.Cluster, bin string) (*keepalivedDaemon, error) {
 	k := &keepalivedDaemon{c: c, bin: bin, procs: map[string]*lab.Process{}, started: map[string]time.Time{}}
-	for _, n := range c.Nodes {
-		if err := os.WriteFile(k.path(n, "conf"), []byte(k.config(n)), 0o644); err != nil {
+	for i, n := range c.Nodes {
+		if err := os.WriteFile(k.path(n, "conf"), []byte(k.config(n, 100-i)), 0o644); err != nil {
 			return nil, err
 		}
 		if err := k.setHealthy(n, true); err != nil {
@@ -98,12 +101,12 @@ func (k *keepalivedDaemon) path(n *lab.Node, ext string) string {
 	return filepath.Join(k.c.Lab.Dir(), n.Name+"-keepalived."+ext)
 }
 
-func (k *keepalivedDaemon) config(n *lab.Node) string {
+func (k *keepalivedDaemon) config(n *lab.Node, priority int) string {
 	return fmt.Sprintf(`global_defs {
 	router_id %[1]s
 	vrrp_version 3
 }
-vrrp_track_file health {
+track_file health {
 	file %[2]s
 }
 vrrp_instance VIP {
@@ -111,7 +114,7 @@ vrrp_instance VIP {
 	nopreempt
 	interface eth0
 	virtual_router_id 44
-	priority 100
+	priority %[4]d
 	advert_int 0.1
 	track_file {
 		health weight 0
@@ -120,7 +123,7 @@ vrrp_instance VIP {
 		%[3]s/32 dev eth0
 	}
 }
-`, n.Name, k.path(n, "health"), lab.VIPv4)
+`, n.Name, k.path(n, "health"), lab.VIPv4, priority)
 }
 
 func (k *keepalivedDaemon) name() string { return "keepalived" }

@@ -145,7 +145,7 @@ func run(agentPkg string, trials int, scenarios []string, interval time.Duration
 	results["agent_binary"] = agentPkg
 	if ka != nil {
 		results["peer"] = map[string]string{"name": "keepalived", "version": kaVersion,
-			"config": "VRRPv3, advert_int 0.1, nopreempt, all BACKUP priority 100, health via track_file (weight 0)"}
+			"config": "VRRPv3, advert_int 0.1, nopreempt, all BACKUP, priorities 100/99/98, health via track_file (weight 0)"}
 	}
 	fmt.Printf("agent peak RSS (VmHWM, max over agents) %.1f MiB; anonymous (heap+stacks) at most %.1f MiB\n", caplb.rss, caplb.anon)
 
