@@ -39,6 +39,7 @@ func main() {
 	interval := flag.Duration("interval", 5*time.Millisecond, "client connect interval")
 	out := flag.String("out", envOr("BENCH_OUT", "_out/bench-arp.json"), "JSON result file")
 	agentPkg := flag.String("agent-pkg", "./cmd/caplb-agent", "package of the binary whose `agent` command is measured (./cmd/caplb for the full binary)")
+	agentBinFlag := flag.String("agent-bin", "", "a prebuilt agent binary to measure instead of building -agent-pkg (e.g. an older commit's, for a before/after run)")
 	verbose := flag.Bool("v", false, "print every failed connect")
 	svg := flag.String("svg", "", "SVG timeline (default: next to -out, bench-arp-timeline.svg)")
 	flag.Parse()
@@ -49,7 +50,7 @@ func main() {
 	if *svg == "" {
 		*svg = filepath.Join(filepath.Dir(*out), "bench-arp-timeline.svg")
 	}
-	if err := run(*agentPkg, *trials, strings.Split(*scenarios, ","), *interval, *out, *svg, *peer, *withCaplb, *verbose); err != nil {
+	if err := run(*agentPkg, *trials, strings.Split(*scenarios, ","), *interval, *out, *svg, *peer, *agentBinFlag, *withCaplb, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-arp:", err)
 		os.Exit(1)
 	}
@@ -69,7 +70,7 @@ type daemonRun struct {
 	rss, anon float64
 }
 
-func run(agentPkg string, trials int, scenarios []string, interval time.Duration, out, svgPath, peer string, withCaplb, verbose bool) error {
+func run(agentPkg string, trials int, scenarios []string, interval time.Duration, out, svgPath, peer, agentBinPath string, withCaplb, verbose bool) error {
 	for i := range scenarios {
 		scenarios[i] = strings.TrimSpace(scenarios[i])
 		if _, ok := scenarioFuncs[scenarios[i]]; !ok {
@@ -93,7 +94,9 @@ func run(agentPkg string, trials int, scenarios []string, interval time.Duration
 	defer os.RemoveAll(dir)
 	agentBin, standinBin := filepath.Join(dir, "caplb"), filepath.Join(dir, "standin")
 	fmt.Println("building caplb and the stand-in apiserver...")
-	if err := lab.BuildBinary(agentPkg, agentBin); err != nil {
+	if agentBinPath != "" {
+		agentBin, agentPkg = agentBinPath, agentBinPath
+	} else if err := lab.BuildBinary(agentPkg, agentBin); err != nil {
 		return err
 	}
 	if err := lab.BuildBinary("./e2e/lab/standin", standinBin); err != nil {
