@@ -12,9 +12,8 @@ FROM gcr.io/distroless/static-debian12:nonroot AS manager
 COPY --from=build /out/caplb /caplb
 ENTRYPOINT ["/caplb", "manager"]
 
-# The agent runs as root with NET_ADMIN and NET_RAW only (config/agent/). It needs `nft` for the
-# loss-free ARP hand-over (docs/backends/arp.md); without it, it still works and says so once.
-FROM debian:12-slim AS agent
-RUN apt-get update && apt-get install -y --no-install-recommends nftables && rm -rf /var/lib/apt/lists/*
+# The agent runs as root with NET_ADMIN and NET_RAW only (config/agent/). It is one static binary:
+# it programs nftables over netlink itself (no `nft`, no shell, nothing else in the image).
+FROM gcr.io/distroless/static-debian12 AS agent
 COPY --from=build /out/caplb-agent /caplb-agent
 ENTRYPOINT ["/caplb-agent"]

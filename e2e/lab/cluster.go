@@ -59,6 +59,9 @@ type ClusterOptions struct {
 	Tune func(node int, cfg *agent.Config)
 	// AgentVerbosity is passed as -v.
 	AgentVerbosity int
+	// NoAgents builds the lab and starts the stand-ins but no agent: the
+	// caller runs another VIP daemon (the ARP bench's keepalived peer).
+	NoAgents bool
 }
 
 // Cluster is a switch, N control-plane nodes and a client.
@@ -163,6 +166,9 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 		}
 	}
 	for _, n := range c.Nodes {
+		if opts.NoAgents {
+			break
+		}
 		if err := c.StartAgent(n); err != nil {
 			return nil, err
 		}

@@ -93,6 +93,9 @@ type Agent struct {
 	lastReason    string
 	lastChange    time.Time
 	waitingReason string
+	silent        string     // fastfail.go: the holder we have not heard from
+	silentLogged  string     // fastfail.go
+	link          *linkWatch // linkwatch.go; nil: not watched
 
 	mu     sync.Mutex
 	status Status
@@ -176,12 +179,15 @@ func (a *Agent) step(now time.Time) {
 	// Once a successor announces the VIPs, the hand-over runs to its end
 	// even if the API server recovers meanwhile: reclaiming as the more
 	// preferred holder would move the VIP back and forth.
-	eligible := healthy && !a.quiescing && !a.handingOver
+	eligible := healthy && !a.quiescing && !a.handingOver && a.link.up(now)
 	var view election.View
 	var d election.Decision
 	if a.ml != nil {
 		a.ml.SetMeta(a.meta(eligible))
 		view = a.ml.View()
+		a.silent = a.silentHolder(view, now)
+		a.ml.SetMeta(a.meta(eligible)) // no-op unless Silent changed
+		a.dropSilentHolders(&view)
 		d = election.Decide(view)
 	}
 	// Out of touch with a majority (a bad link, or this process stalled):
@@ -296,6 +302,10 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		a.claimSince = time.Time{}
 	}
 	switch {
+	case a.holding && a.link.down():
+		// Nobody can be reached to hand over to: let go at once, as
+		// keepalived's track_interface does (linkwatch.go).
+		return false, "VIP interface down"
 	case !d.Quorum && a.holding && a.holdThroughNoQuorum(now):
 		return true, "gossip shows no quorum, but a majority answered direct pings just now"
 	case !d.Quorum:
@@ -429,12 +439,14 @@ func (a *Agent) ineligibleReason(healthy bool) string {
 		return "local API server unhealthy"
 	case a.handingOver:
 		return "hand-over in progress"
+	case !a.link.up(time.Now()):
+		return "VIP interface down or back up less than " + linkHoldDown.String() + " ago"
 	}
 	return "eligible"
 }
 
 func (a *Agent) meta(eligible bool) election.Meta {
-	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.cfg.Digest()}
+	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.cfg.Digest(), Silent: a.silent}
 }
 
 // shutdown releases everything on every exit path.

@@ -75,6 +75,12 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
 	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.run(hctx, a.Wake)
+	if st, ok := dp.(dataplaneStatus); ok && cfg.Mode == ModeARP {
+		// Track the VIP interface (linkwatch.go).
+		if a.link, err = startLinkWatch(hctx, st.Status().Interface, a.Wake, log); err != nil {
+			log.Error(err, "VIP interface not tracked: a link going down releases only through lost contact")
+		}
+	}
 
 	log.Info("agent started", "node", cfg.NodeName, "mode", cfg.Mode, "vips", cfg.VIPs,
 		"members", len(cfg.Members), "admin", cfg.Admin.Listen, "configDigest", cfg.Digest())

@@ -61,6 +61,9 @@ type Membership struct {
 	// confirmedAt (unix nanoseconds) is when a majority last answered
 	// direct pings; see ConfirmedAt.
 	confirmedAt atomic.Int64
+	// answeredAt: member name -> time.Time (monotonic) of its last answer to a
+	// direct ping (see LastAnswer in contact.go).
+	answeredAt sync.Map
 
 	metaUpdates chan struct{}
 	stop        chan struct{}
@@ -194,6 +197,7 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 			// Three tries: one lost UDP packet must not veto a claim.
 			for i := 0; i < 3; i++ {
 				if _, err := m.ml.Ping(name, addr); err == nil {
+					m.answeredAt.Store(name, time.Now())
 					answers <- true
 					return
 				}
