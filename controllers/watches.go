@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -35,6 +36,8 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 			builderPredicates(memberChanged(nodeView))).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
 			builderPredicates(clusterChanged)).
+		// The VIP backends' IPAddressClaims: an allocation is published at once.
+		Owns(&ipamv1.IPAddressClaim{}).
 		Complete(r)
 }
 
@@ -56,6 +59,7 @@ type memberView struct {
 	Ready               bool
 	Addresses           map[string]string
 	ClusterName         string
+	NodeName            string
 }
 
 func machineView(o client.Object) memberView {
@@ -64,7 +68,7 @@ func machineView(o client.Object) memberView {
 		return memberView{}
 	}
 	v := memberView{Labels: m.Labels, Annotations: m.Annotations, Deleting: !m.DeletionTimestamp.IsZero(),
-		Ready: conditions.IsTrue(m, clusterv1.ReadyCondition), ClusterName: m.Spec.ClusterName,
+		Ready: conditions.IsTrue(m, clusterv1.ReadyCondition), ClusterName: m.Spec.ClusterName, NodeName: m.Status.NodeRef.Name,
 		Addresses: map[string]string{}}
 	for _, a := range m.Status.Addresses {
 		v.Addresses[string(a.Type)+"/"+a.Address] = a.Address
