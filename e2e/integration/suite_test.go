@@ -87,6 +87,8 @@ func TestIntegration(t *testing.T) {
 			{"Admission", testAdmission},
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
+			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
+			{"VIPMembership", testVIPMembership},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
