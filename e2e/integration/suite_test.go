@@ -89,6 +89,7 @@ func TestIntegration(t *testing.T) {
 			{"NodeTargets", testNodeTargets},
 			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
 			{"VIPMembership", testVIPMembership},
+			{"VIPSamplesKCP", testVIPSamplesKCP},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
