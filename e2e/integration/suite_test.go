@@ -90,6 +90,7 @@ func TestIntegration(t *testing.T) {
 			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},
+			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
@@ -99,6 +100,7 @@ func TestIntegration(t *testing.T) {
 	})
 	// Restarts the shared caplb manager: runs alone, after the parallel flows.
 	t.Run("ManagerRestartMidQuiesce", func(t *testing.T) { testRestartMidQuiesce(t, s) })
+	t.Run("VIPManagerRestart", func(t *testing.T) { testVIPManagerRestart(t, s) })
 }
 
 // fixture is one flow's namespace and Cluster.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/base64"
+	"fmt"
 	"testing"
 	"time"
 
@@ -242,4 +243,78 @@ func testVIPMembership(t *testing.T, s *suite) {
 	ev, err := s.env.WaitEvent(f.ctx, f.ns, "LoadBalancer", "lb", "Normal", "MembershipChanged", flowTimeout)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ev.Message).To(ContainSubstring("membership version"))
+}
+
+// vipCluster is a fixture with an arp LoadBalancer and three Machines whose fake agents run,
+// all active at membership version 3.
+func vipCluster(t *testing.T, s *suite, host string, drain time.Duration) (*fixture, *fakeAgents, []string) {
+	t.Helper()
+	f := newFixture(t, s, harness.ClusterOptions{})
+	f.createLB(t, host, 0, withARP(host), withDrain(drain))
+	agents := newFakeAgents(f.ctx, s.env.Client)
+	var nodes []string
+	for i := range 3 {
+		n := f.vipMachine(t, fmt.Sprintf("m%d", i), fmt.Sprintf("127.0.0.%d", 2+i))
+		agents.run(n, false)
+		nodes = append(nodes, n)
+	}
+	f.waitLB(t, "three active", func(lb *lbv1.LoadBalancer) bool {
+		return allActive("m0", "m1", "m2")(lb) && harness.ConditionIs(lb, lbv1.AgentsReadyCondition, metav1.ConditionTrue)
+	})
+	return f, agents, nodes
+}
+
+// The disabled annotation on a Machine reaches its agent as a quiesce request on its Node; the
+// member is disabled once the agent reports quiesced, and restored when the annotation goes.
+// A member whose node is dead is quiesced from the survivors' view (another member serves the
+// VIP): its removal completes and the hook is released without an answer from it.
+func testVIPDisableAndDeadMember(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	f, agents, nodes := vipCluster(t, s, "10.40.0.50", time.Second)
+
+	g.Expect(s.env.Annotate(f.ctx, f.machine(g, "m1"), lbv1.DisabledAnnotation, ptrTo("maintenance"))).To(Succeed())
+	f.waitLB(t, "m1 disabled", func(lb *lbv1.LoadBalancer) bool {
+		return harness.TargetState(lb, "m1") == lbv1.TargetDisabled && lb.Status.ActiveTargets == 2
+	})
+	node := &corev1.Node{}
+	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Name: nodes[1]}, node)).To(Succeed())
+	g.Expect(node.Annotations).To(HaveKeyWithValue(agentv1.QuiesceAnnotation, "disabled"))
+	st, err := agentv1.ParseAgentStatus(node.Annotations[agentv1.AgentStatusAnnotation])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Quiesced).To(BeTrue(), "disabled only on the agent's report")
+	g.Expect(f.membership(g).Has(nodes[1])).To(BeTrue(), "a disabled member stays a member")
+
+	g.Expect(s.env.Annotate(f.ctx, f.machine(g, "m1"), lbv1.DisabledAnnotation, nil)).To(Succeed())
+	f.waitLB(t, "m1 restored", allActive("m0", "m1", "m2"))
+	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Name: nodes[1]}, node)).To(Succeed())
+	g.Expect(node.Annotations).NotTo(HaveKey(agentv1.QuiesceAnnotation))
+
+	// m2's node dies (its agent stops, its Node goes NotReady), then a MachineHealthCheck-style
+	// deletion: m0 still holds the VIP, so m2 counts as quiesced.
+	agents.pause(nodes[2], true)
+	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Name: nodes[2]}, node)).To(Succeed())
+	g.Expect(testinfra.SetNodeReady(f.ctx, s.env.Client, node, false, nil)).To(Succeed())
+	g.Expect(s.env.Client.Delete(f.ctx, f.machine(g, "m2"))).To(Succeed())
+	g.Expect(s.env.WaitGone(f.ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "m2"}}, time.Minute)).To(Succeed())
+	m := f.membership(g)
+	g.Expect(memberNames(m)).To(Equal([]string{nodes[0], nodes[1]}))
+	g.Expect(m.Version).To(Equal(int64(4)))
+	f.waitLB(t, "two active", allActive("m0", "m1"))
+}
+
+// A restarted manager continues from the bootstrap Secret's membership: versions go on from
+// where they were, never back to 0.
+func testVIPManagerRestart(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	f, _, nodes := vipCluster(t, s, "10.41.0.50", time.Second)
+	g.Expect(f.membership(g).Version).To(Equal(int64(3)))
+	g.Expect(s.caplb.Stop()).To(Succeed())
+	var err error
+	s.caplb, err = s.env.StartCAPLB(s.ctx, harness.CAPLBOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.env.Client.Delete(f.ctx, f.machine(g, "m0"))).To(Succeed())
+	g.Expect(s.env.WaitGone(f.ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "m0"}}, time.Minute)).To(Succeed())
+	m := f.membership(g)
+	g.Expect(m.Version).To(Equal(int64(4)))
+	g.Expect(memberNames(m)).To(Equal([]string{nodes[1], nodes[2]}))
 }
