@@ -278,7 +278,7 @@ func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 	key := string(lb.UID) + "/" + m.NodeName
 	var out bool
 	var why string
-	if cur.Has(m.NodeName) || m.State != lbv1.TargetRemoving {
+	if cur.Has(m.NodeName) {
 		out, why = vs.quiesced(cur, m.NodeName)
 	} else {
 		// Already out of the membership: a non-member never claims. Only a node that still
