@@ -248,7 +248,8 @@ type LoadBalancerStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused.
+	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused; with the
+	// arp and bgp backends also AddressAllocated and AgentsReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
