@@ -23,7 +23,7 @@ build: ## Build caplb (manager + agent) and caplb-agent (the agent alone, smalle
 generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go markers.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=./config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=caplb-manager paths=./controllers/... output:rbac:dir=./config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=caplb-manager paths=./controllers/... paths=./providers/... output:rbac:dir=./config/rbac
 
 fmt: ## Format the Go code.
 	gofmt -w $$(git ls-files '*.go')

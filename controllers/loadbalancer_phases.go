@@ -45,7 +45,7 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 
 	es, err := s.backend.Ensure(ctx, lb, backendMembers(members))
 	s.ensured = true
-	known := err == nil
+	known := err == nil && !es.RotationUnknown
 	if err != nil {
 		s.ensureErr = fmt.Errorf("backend %s: ensuring the endpoint: %w", s.backend.Kind(), err)
 		r.event(lb, nil, true, lbv1.EventBackendError, "Ensure", "%v", s.ensureErr)
@@ -60,6 +60,9 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 			s.endpoint.Endpoint = es.Endpoint
 		}
 		s.requeueAfter(es.RequeueAfter)
+		for _, c := range es.Conditions {
+			conditions.Set(lb, c)
+		}
 		for _, e := range es.Events {
 			r.event(lb, nil, e.Warning, e.Reason, "Ensure", "%s", e.Message)
 		}
@@ -228,6 +231,7 @@ func backendMembers(members []*member) []providers.Member {
 func toBackendMember(m *member) providers.Member {
 	return providers.Member{
 		Name:      m.name,
+		NodeName:  m.facts.nodeName,
 		Address:   m.facts.address,
 		Addresses: m.facts.addresses,
 		Ready:     m.facts.ready,

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -53,10 +54,11 @@ type Options struct {
 	NodeTargetsNamespace string
 }
 
-// AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events), CAPI
-// core v1beta2 (Clusters, Machines) and caplb's LoadBalancer.
+// AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events,
+// Secrets), CAPI core v1beta2 (Clusters, Machines), CAPI IPAM v1beta2 (the VIP backends'
+// IPAddressClaims) and caplb's LoadBalancer.
 func AddToScheme(s *runtime.Scheme) error {
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, lbv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, ipamv1.AddToScheme, lbv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return err
 		}

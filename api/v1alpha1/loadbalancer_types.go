@@ -16,9 +16,9 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.endpoint) || !has(oldSelf.endpoint.host) || size(oldSelf.endpoint.host) == 0 || (has(self.endpoint) && has(self.endpoint.host) && self.endpoint.host == oldSelf.endpoint.host)",message="spec.endpoint.host cannot change once set (removing it is a change too): it is baked into certificates and kubeconfigs; create a new LoadBalancer instead"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.endpoint) || !has(oldSelf.endpoint.port) || oldSelf.endpoint.port == 0 || (has(self.endpoint) && has(self.endpoint.port) && self.endpoint.port == oldSelf.endpoint.port)",message="spec.endpoint.port cannot change once set (removing it is a change too): it is baked into kubeconfigs; create a new LoadBalancer instead"
 // +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required when spec.targetKind.kind is Machine: set it to the name of the Cluster whose control plane this LoadBalancer fronts"
-// +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
-// +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
-// +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -254,7 +254,8 @@ type LoadBalancerStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused.
+	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused; with the
+	// arp and bgp backends also AddressAllocated and AgentsReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -102,6 +102,10 @@ func TestIntegration(t *testing.T) {
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
 			{"NodeTargetsFenced", testNodeTargetsFenced},
+			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
+			{"VIPMembership", testVIPMembership},
+			{"VIPSamplesKCP", testVIPSamplesKCP},
+			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
@@ -111,6 +115,7 @@ func TestIntegration(t *testing.T) {
 	})
 	// Restarts the shared caplb manager: runs alone, after the parallel flows.
 	t.Run("ManagerRestartMidQuiesce", func(t *testing.T) { testRestartMidQuiesce(t, s) })
+	t.Run("VIPManagerRestart", func(t *testing.T) { testVIPManagerRestart(t, s) })
 	// Stops the shared manager and releases its marks by hand: last.
 	t.Run("UninstallCleanup", func(t *testing.T) { testUninstallCleanup(t, s) })
 }
