@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/caplb/caplb/cmd/internal/version"
 	"github.com/caplb/caplb/modes/agent"
 )
 
@@ -16,6 +17,8 @@ func main() {
 	root := agent.NewCommand()
 	root.Use = "caplb-agent"
 	root.SilenceUsage, root.SilenceErrors = true, true
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("caplb-agent {{.Version}}\n")
 	root.AddCommand(agent.NewCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "caplb-agent:", err)

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/caplb/caplb/cmd/internal/version"
 )
 
 func main() {
@@ -15,7 +17,9 @@ func main() {
 		Short:         "Control-plane load balancer provider for Cluster API",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 	}
+	root.SetVersionTemplate("caplb {{.Version}}\n")
 	root.AddCommand(newManagerCommand(), newAgentCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "caplb:", err)
