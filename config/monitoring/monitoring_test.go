@@ -200,4 +200,3 @@ func expectBalanced(g Gomega, where, expr string) {
 	g.Expect(stack).To(BeEmpty(), "%s: unclosed bracket in %s", where, expr)
 	g.Expect(inQuote).To(BeFalse(), "%s: unclosed quote in %s", where, expr)
 }
-
