@@ -26,3 +26,10 @@ release: ## Write the clusterctl release into $(OUT)/release: addon-components.y
 	  -manager-image $(MANAGER_IMAGE) -agent-image $(AGENT_IMAGE)
 
 components: release ## Alias of `make release` (kept for the old name).
+
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+.PHONY: images
+images: ## Build OCI image layouts of caplb-manager and caplb-agent (amd64, arm64) into $(OUT)/images, no Docker needed; checks each.
+	$(GO) run ./hack/mkimages -out $(IMAGES_DIR) -registry $(REGISTRY) -version $(VERSION) -commit $(COMMIT) \
+	  -platforms $(IMAGE_PLATFORMS) -source-date-epoch $(SOURCE_DATE_EPOCH) -ldflags '$(LDFLAGS)'
