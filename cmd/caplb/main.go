@@ -12,6 +12,13 @@ import (
 )
 
 func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "caplb:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "caplb",
 		Short:         "Control-plane load balancer provider for Cluster API",
@@ -21,8 +28,5 @@ func main() {
 	}
 	root.SetVersionTemplate("caplb {{.Version}}\n")
 	root.AddCommand(newManagerCommand(), newAgentCommand())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "caplb:", err)
-		os.Exit(1)
-	}
+	return root
 }

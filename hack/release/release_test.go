@@ -126,3 +126,50 @@ func TestReplaceImages(t *testing.T) {
 }
 
 func must(b []byte, _ int) []byte { return b }
+
+// Every image reference under config/ is one the release sets from REGISTRY and VERSION: the
+// manager's placeholder (components) or the agent's in the manifests AgentManifests rewrites. A
+// new manifest with an image of its own would escape `make release VERSION=...` and ship a stale
+// reference; this test names it.
+func TestEveryConfigImageIsReleased(t *testing.T) {
+	o := testOptions(t)
+	rewritten := map[string]string{
+		filepath.Join("config", "manager", "manager.yaml"):  "caplb-manager",
+		filepath.Join("config", "agent", "daemonset.yaml"):  "caplb-agent",
+		filepath.Join("config", "agent", "static-pod.yaml"): "caplb-agent",
+	}
+	err := filepath.WalkDir(filepath.Join(o.Root, "config"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		rel, _ := filepath.Rel(o.Root, path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			s := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "- "))
+			ref, ok := strings.CutPrefix(s, "image:")
+			if !ok {
+				continue
+			}
+			ref = strings.TrimSpace(ref)
+			name, ok := rewritten[rel]
+			if !ok {
+				t.Errorf("%s:%d: image %q is not set by `make release`; add the file to hack/release", rel, i+1, ref)
+				continue
+			}
+			repo := ref
+			if j := strings.LastIndex(ref, ":"); j > strings.LastIndex(ref, "/") {
+				repo = ref[:j]
+			}
+			if repo != name && !strings.HasSuffix(repo, "/"+name) {
+				t.Errorf("%s:%d: image %q, want the %s image", rel, i+1, ref, name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
