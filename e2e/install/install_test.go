@@ -9,6 +9,8 @@ package install
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -46,6 +48,7 @@ func TestInstallWithClusterctl(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
+	start := time.Now()
 	bin := buildManager(t)
 	env, err := harness.Start(harness.Options{WithoutCAPLBCRDs: true})
 	if err != nil {
@@ -76,6 +79,7 @@ func TestInstallWithClusterctl(t *testing.T) {
 	g.Expect(comps.Variables()).To(ContainElements(release.ManagerImageVariable, "CAPLB_CONCURRENCY", "CAPLB_LOG_LEVEL"))
 	g.Expect(comps.TargetNamespace()).To(Equal(targetNamespace))
 	installComponents(ctx, t, env, cfg, comps.Objs())
+	t.Logf("%s: manager built, control plane and CAPI up, release installed", time.Since(start).Round(time.Millisecond))
 
 	d, c := managerDeployment(t, comps.Objs())
 	g.Expect(d.Namespace).To(Equal(targetNamespace))
@@ -99,8 +103,38 @@ func TestInstallWithClusterctl(t *testing.T) {
 		g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 	}, timeout, harness.PollInterval).Should(Succeed(), "leader election in the target namespace")
 
+	t.Logf("%s: manager ready and leader under its ServiceAccount", time.Since(start).Round(time.Millisecond))
+
 	runStaticLoadBalancer(ctx, t, env)
+	t.Logf("%s: LoadBalancer Ready, then deleted with its hook", time.Since(start).Round(time.Millisecond))
 	g.Expect(mgr.forbidden()).To(BeEmpty(), "the manager hit RBAC denials: config/rbac misses a verb")
+	expectAgentManifestsValid(ctx, t, env, filepath.Dir(cfgPath))
+}
+
+// expectAgentManifestsValid creates the released agent manifests in dry-run mode with strict
+// field validation: the API server checks them against its schemas (an unknown or misspelt field
+// fails) without running anything.
+func expectAgentManifestsValid(ctx context.Context, t *testing.T, env *harness.Env, repoBase string) {
+	t.Helper()
+	dir := filepath.Join(repoBase, release.ProviderLabel, releaseVersion)
+	for _, name := range []string{"agent-daemonset.yaml", "agent-static-pod.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), "image: "+agentImage) {
+			t.Errorf("%s does not use the release's agent image %s", name, agentImage)
+		}
+		objs, err := harness.Decode(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, o := range objs {
+			if err := env.Client.Create(ctx, o, client.DryRunAll, client.FieldValidation("Strict")); err != nil {
+				t.Errorf("%s: the API server rejects %s %s: %v", name, o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
 }
 
 // expectNotAdmin proves the manager's credential is the ServiceAccount's and no more: it may
