@@ -9,6 +9,7 @@ package install
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,7 +106,7 @@ func TestInstallWithClusterctl(t *testing.T) {
 
 	t.Logf("%s: manager ready and leader under its ServiceAccount", time.Since(start).Round(time.Millisecond))
 
-	runStaticLoadBalancer(ctx, t, env)
+	runStaticLoadBalancer(ctx, t, env, mgr)
 	t.Logf("%s: LoadBalancer Ready, then deleted with its hook", time.Since(start).Round(time.Millisecond))
 	g.Expect(mgr.forbidden()).To(BeEmpty(), "the manager hit RBAC denials: config/rbac misses a verb")
 	expectAgentManifestsValid(ctx, t, env, filepath.Dir(cfgPath))
@@ -169,7 +170,7 @@ func expectNotAdmin(ctx context.Context, t *testing.T, saCfg *rest.Config) {
 
 // runStaticLoadBalancer drives one LoadBalancer through its life: published, a member joins
 // (pre-drain hook on its Machine), Ready; then deleted, its hook and finalizer gone.
-func runStaticLoadBalancer(ctx context.Context, t *testing.T, env *harness.Env) {
+func runStaticLoadBalancer(ctx context.Context, t *testing.T, env *harness.Env, mgr *managerProcess) {
 	t.Helper()
 	g := NewWithT(t)
 	ns, err := env.CreateNamespace(ctx, "install")
@@ -208,6 +209,18 @@ func runStaticLoadBalancer(ctx context.Context, t *testing.T, env *harness.Env) 
 	m := &clusterv1.Machine{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: member}, m)).To(Succeed())
 	g.Expect(hookKeys(m)).NotTo(BeEmpty(), "the member's Machine carries caplb's pre-drain hook")
+	// The real binary exports what config/monitoring's dashboard and alerts query.
+	sel := fmt.Sprintf(`{name="lb",namespace=%q}`, ns)
+	g.Eventually(func(g Gomega) {
+		lines, err := mgr.metrics(ctx, "caplb_loadbalancer_")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(lines).To(ContainElements(
+			"caplb_loadbalancer_ready"+sel+" 1",
+			"caplb_loadbalancer_hooks_held"+sel+" 1",
+			fmt.Sprintf(`caplb_loadbalancer_targets{name="lb",namespace=%q,state="active"} 1`, ns),
+		))
+		g.Expect(lines).To(ContainElement(HavePrefix(`caplb_loadbalancer_reconcile_total{result="success"}`)))
+	}, timeout, harness.PollInterval).Should(Succeed(), "the manager's metrics for the LoadBalancer")
 
 	g.Expect(env.Client.Delete(ctx, lb)).To(Succeed())
 	g.Expect(env.WaitGone(ctx, lb, timeout)).To(Succeed(), "the finalizer is removed under the manager's RBAC")

@@ -3,6 +3,7 @@ package install
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -138,10 +139,10 @@ func freeAddr(t *testing.T) string {
 
 // managerProcess is the caplb binary running the released container's command line.
 type managerProcess struct {
-	cmd       *exec.Cmd
-	logPath   string
-	probeAddr string
-	done      chan error
+	cmd                    *exec.Cmd
+	logPath                string
+	probeAddr, metricsAddr string
+	done                   chan error
 }
 
 // startManager runs bin with args (the container's, after its image entrypoint) plus the
@@ -149,13 +150,14 @@ type managerProcess struct {
 // test binaries do not collide on :8080/:8081 (later flags win).
 func startManager(t *testing.T, bin string, args []string, kubeconfigPath string) *managerProcess {
 	t.Helper()
-	p := &managerProcess{logPath: filepath.Join(t.TempDir(), "manager.log"), probeAddr: freeAddr(t), done: make(chan error, 1)}
+	p := &managerProcess{logPath: filepath.Join(t.TempDir(), "manager.log"), probeAddr: freeAddr(t),
+		metricsAddr: freeAddr(t), done: make(chan error, 1)}
 	logf, err := os.Create(p.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	args = append(args, "--kubeconfig="+kubeconfigPath,
-		"--metrics-bind-address="+freeAddr(t), "--health-probe-bind-address="+p.probeAddr)
+		"--metrics-bind-address="+p.metricsAddr, "--health-probe-bind-address="+p.probeAddr)
 	p.cmd = exec.Command(bin, args...)
 	// Only what a pod has: no KUBECONFIG or other credentials from the test's environment.
 	p.cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=/usr/bin:/bin"}
@@ -214,4 +216,29 @@ func (p *managerProcess) forbidden() []string {
 		}
 	}
 	return out
+}
+
+// metrics fetches the manager's Prometheus exposition and returns the lines of the series whose
+// name starts with prefix.
+func (p *managerProcess) metrics(ctx context.Context, prefix string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
