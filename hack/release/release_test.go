@@ -3,10 +3,14 @@ package release
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
 )
@@ -172,4 +176,69 @@ func TestEveryConfigImageIsReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The manifests and the images agree on how the binaries start: the manager Deployment leaves
+// the image's entrypoint (/caplb) alone and passes `manager` first, as the image's own command
+// does, and runs as the image's user; the agent manifests run the image's binary. (A Dockerfile
+// with ENTRYPOINT ["/caplb", "manager"] under args [manager, ...] would start `caplb manager
+// manager`, which exits.)
+func TestManifestsMatchImages(t *testing.T) {
+	g := NewWithT(t)
+	o := testOptions(t)
+	out, err := Components(o)
+	g.Expect(err).NotTo(HaveOccurred())
+	processed, err := yamlprocessor.NewSimpleProcessor().Process(out, func(string) (string, error) { return "", os.ErrNotExist })
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := utilyaml.ToUnstructured(processed)
+	g.Expect(err).NotTo(HaveOccurred())
+	found := false
+	for _, obj := range objs {
+		if obj.GetKind() != "Deployment" {
+			continue
+		}
+		d := &appsv1.Deployment{}
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, d)).To(Succeed())
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.Name != ManagerContainer {
+				continue
+			}
+			found = true
+			g.Expect(c.Command).To(BeEmpty(), "the image's entrypoint %v starts the manager", ManagerImageSpec.Entrypoint)
+			g.Expect(c.Args).NotTo(BeEmpty())
+			g.Expect(c.Args[0]).To(Equal(ManagerImageSpec.Cmd[0]))
+			uid, _, _ := strings.Cut(ManagerImageSpec.User, ":")
+			g.Expect(c.SecurityContext).NotTo(BeNil())
+			g.Expect(c.SecurityContext.RunAsUser).To(HaveValue(BeEquivalentTo(mustAtoi(t, uid))))
+		}
+	}
+	g.Expect(found).To(BeTrue())
+
+	files, err := AgentManifests(o, os.ReadFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	for name, data := range files {
+		objs, err := utilyaml.ToUnstructured(data)
+		g.Expect(err).NotTo(HaveOccurred(), name)
+		for _, obj := range objs {
+			containers, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+			if obj.GetKind() == "Pod" {
+				containers, _, _ = unstructured.NestedSlice(obj.Object, "spec", "containers")
+			}
+			g.Expect(containers).NotTo(BeEmpty(), name)
+			for _, c := range containers {
+				cmd, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "command")
+				g.Expect(cmd).NotTo(BeEmpty(), name)
+				g.Expect(cmd[0]).To(Equal(AgentImageSpec.Binary), name)
+			}
+		}
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
