@@ -8,7 +8,7 @@
 REGISTRY ?= ghcr.io/caplb
 # A semantic version with a leading v; its major.minor must be a release series in metadata.yaml.
 VERSION ?= v0.1.0-dev
-COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+COMMIT ?= $(shell git describe --always --dirty --abbrev=12 --match=NO-TAGS 2>/dev/null || echo unknown)
 MANAGER_IMAGE := $(REGISTRY)/caplb-manager:$(VERSION)
 AGENT_IMAGE := $(REGISTRY)/caplb-agent:$(VERSION)
 RELEASE_DIR ?= $(OUT)/release
@@ -16,7 +16,7 @@ IMAGES_DIR ?= $(OUT)/images
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 
 # --version on both binaries (cmd/internal/version); `make build` and `make images` use these.
-LDFLAGS := -X github.com/caplb/caplb/cmd/internal/version.Version=$(VERSION) \
+GO_LDFLAGS := -X github.com/caplb/caplb/cmd/internal/version.Version=$(VERSION) \
 	-X github.com/caplb/caplb/cmd/internal/version.Commit=$(COMMIT)
 
 .PHONY: release components
@@ -32,4 +32,4 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 .PHONY: images
 images: ## Build OCI image layouts of caplb-manager and caplb-agent (amd64, arm64) into $(OUT)/images, no Docker needed; checks each.
 	$(GO) run ./hack/mkimages -out $(IMAGES_DIR) -registry $(REGISTRY) -version $(VERSION) -commit $(COMMIT) \
-	  -platforms $(IMAGE_PLATFORMS) -source-date-epoch $(SOURCE_DATE_EPOCH) -ldflags '$(LDFLAGS)'
+	  -platforms $(IMAGE_PLATFORMS) -source-date-epoch $(SOURCE_DATE_EPOCH) -ldflags '$(GO_LDFLAGS)'
