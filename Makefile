@@ -17,8 +17,8 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
 build: ## Build caplb (manager + agent) and caplb-agent (the agent alone, smaller) into _out/bin.
-	$(GO) build -o $(OUT)/bin/caplb ./cmd/caplb
-	$(GO) build -o $(OUT)/bin/caplb-agent ./cmd/caplb-agent
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(OUT)/bin/caplb ./cmd/caplb
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(OUT)/bin/caplb-agent ./cmd/caplb-agent
 
 generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go markers.
 	$(CONTROLLER_GEN) object paths=./api/...

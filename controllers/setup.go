@@ -69,7 +69,7 @@ func AddToScheme(s *runtime.Scheme) error {
 // Setup registers the field indexes, the backends, the metrics and the LoadBalancer reconciler
 // on mgr. The manager's scheme must include AddToScheme's types.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer(), opts.NodeTargetsNamespace != ""); err != nil {
 		return err
 	}
 

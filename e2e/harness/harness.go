@@ -45,6 +45,8 @@ type Options struct {
 	// 200 and 400: parallel tests poll every 100ms, which client-go's defaults (5, 10) throttle.
 	ClientQPS   float32
 	ClientBurst int
+	// WithoutCAPLBCRDs starts the control plane without caplb's CRDs (see envtest.Options).
+	WithoutCAPLBCRDs bool
 }
 
 // Env is a running test control plane and a client for it.
@@ -94,7 +96,7 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}})
+	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}, WithoutCAPLBCRDs: opts.WithoutCAPLBCRDs})
 	if err != nil {
 		return nil, err
 	}
