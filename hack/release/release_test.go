@@ -147,6 +147,9 @@ func TestEveryConfigImageIsReleased(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(o.Root, path)
+		if strings.HasPrefix(rel, filepath.Join("config", "crd")+string(filepath.Separator)) {
+			return nil // schemas: "image:" there is a property name (spec.backend.<kind>.agent.image)
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return err
