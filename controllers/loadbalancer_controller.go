@@ -94,6 +94,8 @@ type scope struct {
 	ensureErr error
 	hooksHeld int
 	requeue   time.Duration
+	// reconcileErr is what the phases returned; a lasting one makes Ready False.
+	reconcileErr error
 }
 
 func (s *scope) requeueAfter(d time.Duration) {
@@ -175,6 +177,7 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	s.paused = pausedCond.Status == metav1.ConditionTrue
 
 	defer func() {
+		s.reconcileErr = reterr
 		r.updateStatus(ctx, s)
 		if reterr == nil && !s.paused {
 			lb.Status.ObservedGeneration = lb.Generation

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -517,4 +518,25 @@ func TestClusterOwnsLoadBalancer(t *testing.T) {
 	ensureClusterOwnerRef(lb, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c1", UID: "uid-2"}})
 	g.Expect(lb.OwnerReferences).To(HaveLen(1))
 	g.Expect(lb.OwnerReferences[0].UID).To(BeEquivalentTo("uid-2"))
+}
+
+// A member write the API server refuses (RBAC) makes Ready False with the error, instead of
+// reporting a Ready LoadBalancer whose hooks are not in place.
+func TestReadyFalseWhenMemberWritesFail(t *testing.T) {
+	h := newHarness(t, testCluster("c1"), testMachine("m1", "c1", "10.0.0.1", true, true), testLB("lb", "c1"))
+	g := h.g
+	h.r.Client = interceptor.NewClient(h.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*clusterv1.Machine); ok {
+				return apierrors.NewForbidden(clusterv1.GroupVersion.WithResource("machines").GroupResource(), obj.GetName(), errors.New("RBAC: access denied"))
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	_, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: "lb"}})
+	g.Expect(err).To(HaveOccurred())
+	got := h.lb("lb")
+	g.Expect(conditions.IsTrue(got, lbv1.ReadyCondition)).To(BeFalse())
+	g.Expect(conditions.GetReason(got, lbv1.ReadyCondition)).To(Equal(lbv1.ReconcileErrorReason))
+	g.Expect(conditions.GetMessage(got, lbv1.ReadyCondition)).To(ContainSubstring("forbidden"))
 }
