@@ -393,9 +393,10 @@ func testVIPRollout(t *testing.T, s *suite) {
 		g.Expect(s.env.WaitGone(f.ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: old}}, time.Minute)).To(Succeed())
 		g.Expect(f.membership(g).Has(nodes[i])).To(BeFalse())
 		lb := f.waitLB(t, "serving after round "+name, func(lb *lbv1.LoadBalancer) bool {
-			return harness.ConditionIs(lb, lbv1.EndpointAvailableCondition, metav1.ConditionTrue) && lb.Status.ActiveTargets == 3
+			return harness.ConditionIs(lb, lbv1.EndpointAvailableCondition, metav1.ConditionTrue) &&
+				lb.Status.ActiveTargets == 3 && lb.Status.TotalTargets == 3
 		})
-		g.Expect(lb.Status.TotalTargets).To(Equal(int32(3)))
+		g.Expect(harness.Target(lb, old)).To(BeNil())
 	}
 	g.Expect(memberNames(f.membership(g))).To(Equal(nodes[3:]))
 

@@ -140,7 +140,14 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 		}
 	}
 
+	// Pending: something waits on an agent (a joiner's first report, a leaver's hand-over), so
+	// look again soon rather than at the resync interval (workload Nodes are not watched).
 	pending := false
+	for _, c := range cands {
+		if (c.state == lbv1.TargetRemoving) == cur.Has(c.node) && c.state != lbv1.TargetRemoved {
+			pending = true
+		}
+	}
 	if wl != nil {
 		want := desired(cur, cands, vs)
 		if nm, ch, ok := next(cur, want); ok {
