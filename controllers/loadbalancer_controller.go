@@ -15,11 +15,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/providers"
@@ -56,6 +58,12 @@ type LoadBalancerReconciler struct {
 	Metrics *Metrics
 	// Now returns the current time; tests fix it.
 	Now func() time.Time
+	// ClusterCache, when set, watches the workload clusters' Nodes for the VIP backends' agent
+	// reports (see watchWorkloadNodes).
+	ClusterCache clustercache.ClusterCache
+
+	// controller is the built controller, for watches added at run time.
+	controller controller.Controller
 
 	// cpPublished remembers, per LoadBalancer UID, the control-plane object and endpoint last
 	// found in sync, to spare a live GET per reconcile. Losing it (a restart) costs one GET.
@@ -204,6 +212,7 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	}
 	s.backend = b
 	s.lb.Status.Backend = b.Kind()
+	r.watchWorkloadNodes(ctx, s)
 
 	var errs []error
 	if err := r.reconcileAdoption(ctx, s); err != nil {

@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -49,6 +50,9 @@ type Options struct {
 	SkipNameValidation bool
 	// Now is the clock; nil means time.Now. Tests that fix it should fix the backends' too.
 	Now func() time.Time
+	// ClusterCache, when set, lets the controller watch workload clusters' Nodes for the arp and
+	// bgp agents' reports (SetupClusterCache creates it).
+	ClusterCache clustercache.ClusterCache
 }
 
 // AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events,
@@ -98,13 +102,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		name = ControllerName
 	}
 	r := &LoadBalancerReconciler{
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
-		RESTMapper: mgr.GetRESTMapper(),
-		Recorder:   mgr.GetEventRecorder("caplb-" + name),
-		Backends:   reg,
-		Metrics:    metrics,
-		Now:        opts.Now,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		RESTMapper:   mgr.GetRESTMapper(),
+		Recorder:     mgr.GetEventRecorder("caplb-" + name),
+		Backends:     reg,
+		Metrics:      metrics,
+		Now:          opts.Now,
+		ClusterCache: opts.ClusterCache,
 	}
 	workers := opts.MaxConcurrentReconciles
 	if workers <= 0 {

@@ -26,7 +26,7 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 		t := true
 		opts.SkipNameValidation = &t
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(opts).
 		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged)).
@@ -38,7 +38,12 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 			builderPredicates(clusterChanged)).
 		// The VIP backends' IPAddressClaims: an allocation is published at once.
 		Owns(&ipamv1.IPAddressClaim{}).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.controller = c
+	return nil
 }
 
 // lbChanged passes LoadBalancer updates that need a reconcile: spec (generation), labels,

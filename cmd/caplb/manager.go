@@ -112,6 +112,7 @@ func runManager(o managerOptions) error {
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		MaxConcurrentReconciles: o.concurrency,
 		Backends:                []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
+		ClusterCache:            cc,
 	}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}
