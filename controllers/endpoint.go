@@ -194,7 +194,7 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 	switch decideClusterEndpoint(theirs, ours) {
 	case decideWait:
 		set(metav1.ConditionFalse, lbv1.WaitingForEndpointReason,
-			"the backend has no endpoint yet (static with spec.endpoint.host empty waits for a ready member)")
+			"the backend has no endpoint yet (static with spec.endpoint.host empty waits for a ready member; arp and bgp wait for the VIP's allocation)")
 	case decideInSync:
 		set(metav1.ConditionTrue, lbv1.ClusterEndpointSetReason,
 			fmt.Sprintf("Cluster %s spec.controlPlaneEndpoint is %s:%d", cluster.Name, ours.Host, ours.Port))

@@ -16,11 +16,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/providers"
@@ -59,6 +61,12 @@ type LoadBalancerReconciler struct {
 	// NodeTargetsNamespace is the only namespace whose LoadBalancers may target Nodes; empty
 	// disables Node targets (see node_targets.go).
 	NodeTargetsNamespace string
+	// ClusterCache, when set, watches the workload clusters' Nodes for the VIP backends' agent
+	// reports (see watchWorkloadNodes).
+	ClusterCache clustercache.ClusterCache
+
+	// controller is the built controller, for watches added at run time.
+	controller controller.Controller
 
 	// cpPublished remembers, per LoadBalancer UID, a cpMemo: the control plane last looked at
 	// and whether our endpoint is on it, to spare a live GET per reconcile. Losing it (a restart)
@@ -215,6 +223,7 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	}
 	s.backend = b
 	s.lb.Status.Backend = b.Kind()
+	r.watchWorkloadNodes(ctx, s)
 
 	var errs []error
 	if err := r.reconcileMembers(ctx, s); err != nil {

@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -52,6 +53,9 @@ type Options struct {
 	// NodeTargetsNamespace enables LoadBalancers with targetKind Node, only in this namespace
 	// (the manager's own); empty disables them and the manager does not watch Nodes.
 	NodeTargetsNamespace string
+	// ClusterCache, when set, lets the controller watch workload clusters' Nodes for the arp and
+	// bgp agents' reports (SetupClusterCache creates it).
+	ClusterCache clustercache.ClusterCache
 }
 
 // AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events,
@@ -101,13 +105,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		name = ControllerName
 	}
 	r := &LoadBalancerReconciler{
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
-		RESTMapper: mgr.GetRESTMapper(),
-		Recorder:   mgr.GetEventRecorder("caplb-" + name),
-		Backends:   reg,
-		Metrics:    metrics,
-		Now:        opts.Now,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		RESTMapper:   mgr.GetRESTMapper(),
+		Recorder:     mgr.GetEventRecorder("caplb-" + name),
+		Backends:     reg,
+		Metrics:      metrics,
+		Now:          opts.Now,
+		ClusterCache: opts.ClusterCache,
 
 		NodeTargetsNamespace: opts.NodeTargetsNamespace,
 	}

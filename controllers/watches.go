@@ -45,6 +45,7 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 	if err != nil {
 		return err
 	}
+	r.controller = c
 	r.cpWatches = &controlPlaneWatches{ctrl: c, cache: mgr.GetCache(), toRequests: r.controlPlaneToLoadBalancers}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -15,6 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 )
 
 // The VIP backends reach workload clusters through CAPI's ClusterCache, set up as CAPI's own
@@ -78,4 +85,63 @@ func ClusterCacheRetry(cc clustercache.ClusterCache, d time.Duration) {
 	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
 		s.SetConnectionCreationRetryInterval(d)
 	}
+}
+
+// workloadNodesWatcher names the watch on a workload cluster's Nodes.
+const workloadNodesWatcher = "loadbalancer-agent-reports"
+
+// watchWorkloadNodes makes changes of the agents' reports (and Ready) on the workload cluster's
+// Nodes reconcile the
+// LoadBalancers of that Cluster at once, rather than at the backend's next poll. A Cluster the
+// ClusterCache is not connected to yet is skipped: the next reconcile tries again. Only the arp
+// and bgp backends' LoadBalancers of Machine targets need it.
+func (r *LoadBalancerReconciler) watchWorkloadNodes(ctx context.Context, s *scope) {
+	if r.ClusterCache == nil || r.controller == nil || s.cluster == nil || s.lb.Spec.Backend.VIP() == nil {
+		return
+	}
+	key := client.ObjectKeyFromObject(s.cluster)
+	err := r.ClusterCache.Watch(ctx, key, clustercache.NewWatcher(clustercache.WatcherOptions{
+		Name:    workloadNodesWatcher,
+		Watcher: r.controller,
+		Kind:    &corev1.Node{},
+		EventHandler: handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return r.clusterToLoadBalancers(ctx, s.cluster)
+		}),
+		Predicates: []predicate.Predicate{predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return agentAnnotations(e.ObjectOld) != agentAnnotations(e.ObjectNew) || nodeReady(e.ObjectOld) != nodeReady(e.ObjectNew)
+			},
+			CreateFunc:  func(event.CreateEvent) bool { return true },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		}},
+	}))
+	if err != nil {
+		ctrl.LoggerFrom(ctx).V(4).Info("Not watching the workload cluster's Nodes yet", "reason", err.Error())
+	}
+}
+
+// agentAnnotations is the agent's report on a Node without its timestamp, which agents refresh
+// periodically (the manager's own annotations are left out: its writes need no reconcile).
+func agentAnnotations(o client.Object) string {
+	v := o.GetAnnotations()[agentv1.AgentStatusAnnotation]
+	st, err := agentv1.ParseAgentStatus(v)
+	if err != nil {
+		return v
+	}
+	st.UpdatedAt = metav1.MicroTime{}
+	return st.String()
+}
+
+func nodeReady(o client.Object) bool {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -116,6 +116,7 @@ func runManager(o managerOptions) error {
 		MaxConcurrentReconciles: o.concurrency,
 		NodeTargetsNamespace:    o.nodeTargetsNamespace,
 		Backends:                []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
+		ClusterCache:            cc,
 	}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}

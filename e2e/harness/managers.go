@@ -199,6 +199,7 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 		// A restarted manager registers the same controller name again in this process.
 		SkipNameValidation: true,
 		Backends:           []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
+		ClusterCache:       cc,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up caplb controllers: %w", err)
 	}

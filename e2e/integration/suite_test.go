@@ -106,6 +106,7 @@ func TestIntegration(t *testing.T) {
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},
 			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
+			{"VIPRollout", testVIPRollout},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()

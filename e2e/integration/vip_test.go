@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -300,6 +302,15 @@ func testVIPDisableAndDeadMember(t *testing.T, s *suite) {
 	g.Expect(memberNames(m)).To(Equal([]string{nodes[0], nodes[1]}))
 	g.Expect(m.Version).To(Equal(int64(4)))
 	f.waitLB(t, "two active", allActive("m0", "m1"))
+
+	// Deleting the LoadBalancer removes what it wrote on the workload cluster's Nodes.
+	g.Expect(s.env.Client.Delete(f.ctx, &lbv1.LoadBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb"}})).To(Succeed())
+	g.Expect(s.env.WaitGone(f.ctx, &lbv1.LoadBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb"}}, flowTimeout)).To(Succeed())
+	for _, n := range nodes[:2] {
+		g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Name: n}, node)).To(Succeed())
+		g.Expect(node.Annotations).NotTo(HaveKey(agentv1.MembershipAnnotation), "Node %s", n)
+		g.Expect(node.Annotations).NotTo(HaveKey(agentv1.QuiesceAnnotation), "Node %s", n)
+	}
 }
 
 // A restarted manager continues from the bootstrap Secret's membership: versions go on from
@@ -317,4 +328,97 @@ func testVIPManagerRestart(t *testing.T, s *suite) {
 	m := f.membership(g)
 	g.Expect(m.Version).To(Equal(int64(4)))
 	g.Expect(memberNames(m)).To(Equal([]string{nodes[1], nodes[2]}))
+}
+
+// membershipHistory records every membership version the bootstrap Secret holds, with the
+// agents' reports seen right after it appeared.
+type membershipHistory struct {
+	mu       sync.Mutex
+	versions []agentv1.Membership
+	// acked[n] is how many members of version n-1 reported >= n-1 when version n was first seen.
+	acked map[int64]int
+}
+
+func (f *fixture) recordMemberships(t *testing.T) *membershipHistory {
+	h := &membershipHistory{acked: map[int64]int{}}
+	ctx, cancel := context.WithCancel(f.ctx)
+	t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			s := &corev1.Secret{}
+			if err := f.s.env.Client.Get(ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster.Name + vip.SecretSuffix}, s); err == nil {
+				if m, err := agentv1.ParseMembership(string(s.Data[agentv1.SecretMembershipKey])); err == nil {
+					h.mu.Lock()
+					if len(h.versions) == 0 || h.versions[len(h.versions)-1].Version != m.Version {
+						if len(h.versions) > 0 {
+							prev := h.versions[len(h.versions)-1]
+							n := 0
+							for _, x := range prev.Members {
+								node := &corev1.Node{}
+								if f.s.env.Client.Get(ctx, client.ObjectKey{Name: x.Name}, node) == nil {
+									if st, err := agentv1.ParseAgentStatus(node.Annotations[agentv1.AgentStatusAnnotation]); err == nil && st.MembershipVersion >= prev.Version {
+										n++
+									}
+								}
+							}
+							h.acked[m.Version] = n
+						}
+						h.versions = append(h.versions, m)
+					}
+					h.mu.Unlock()
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return h
+}
+
+// A KubeadmControlPlane-style rollout, three times over: add a new Machine, then delete the
+// oldest (the first is the VIP owner). Every version differs from the previous one by exactly
+// one member and was issued only after a majority of the previous version ran it; the endpoint
+// stays served throughout.
+func testVIPRollout(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	f, agents, nodes := vipCluster(t, s, "10.42.0.50", 500*time.Millisecond)
+	h := f.recordMemberships(t)
+	for i := range 3 {
+		name := fmt.Sprintf("m%d", 3+i)
+		n := f.vipMachine(t, name, fmt.Sprintf("127.0.0.%d", 5+i))
+		agents.run(n, false)
+		nodes = append(nodes, n)
+		g.Eventually(func(g Gomega) { g.Expect(f.membership(g).Has(n)).To(BeTrue()) }, flowTimeout).Should(Succeed())
+		old := fmt.Sprintf("m%d", i)
+		g.Expect(s.env.Client.Delete(f.ctx, f.machine(g, old))).To(Succeed())
+		g.Expect(s.env.WaitGone(f.ctx, &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: old}}, time.Minute)).To(Succeed())
+		g.Expect(f.membership(g).Has(nodes[i])).To(BeFalse())
+		lb := f.waitLB(t, "serving after round "+name, func(lb *lbv1.LoadBalancer) bool {
+			return harness.ConditionIs(lb, lbv1.EndpointAvailableCondition, metav1.ConditionTrue) &&
+				lb.Status.ActiveTargets == 3 && lb.Status.TotalTargets == 3
+		})
+		g.Expect(harness.Target(lb, old)).To(BeNil())
+	}
+	g.Expect(memberNames(f.membership(g))).To(Equal(nodes[3:]))
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g.Expect(len(h.versions)).To(BeNumerically(">=", 6), "three additions and three removals")
+	for i := 1; i < len(h.versions); i++ {
+		prev, cur := h.versions[i-1], h.versions[i]
+		g.Expect(cur.Version).To(Equal(prev.Version+1), "versions step by one")
+		added, removed := 0, 0
+		for _, m := range cur.Members {
+			if !prev.Has(m.Name) {
+				added++
+			}
+		}
+		for _, m := range prev.Members {
+			if !cur.Has(m.Name) {
+				removed++
+			}
+		}
+		g.Expect(added+removed).To(Equal(1), "version %d -> %d changes one member", prev.Version, cur.Version)
+		g.Expect(h.acked[cur.Version]).To(BeNumerically(">", len(prev.Members)/2),
+			"version %d was issued before a majority of version %d ran it", cur.Version, prev.Version)
+	}
 }

@@ -29,6 +29,9 @@ const (
 	ManagerContainer = "manager"
 	// ManagerImageVariable is the clusterctl variable that overrides the manager image.
 	ManagerImageVariable = "CAPLB_MANAGER_IMAGE"
+	// AgentImageVariable overrides the node agent image the manager renders into bootstrap
+	// Secrets (--agent-image).
+	AgentImageVariable = "CAPLB_AGENT_IMAGE"
 )
 
 // Options says what to render.
@@ -80,8 +83,13 @@ func Components(o Options) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serialising components: %w", err)
 	}
+	placeholder := []byte("${" + AgentImageVariable + ":=caplb-agent}")
+	if n := bytes.Count(out, placeholder); n != 1 {
+		return nil, fmt.Errorf("config/manager: want exactly one --agent-image=%s argument, found %d", placeholder, n)
+	}
+	out = bytes.Replace(out, placeholder, []byte(fmt.Sprintf("${%s:=%s}", AgentImageVariable, o.AgentImage)), 1)
 	header := fmt.Sprintf("# caplb %s: clusterctl add-on provider components (rendered by `make release` from config/default).\n"+
-		"# Install: clusterctl init --addon %s (docs/install.md). Variables: %s, CAPLB_CONCURRENCY, CAPLB_LOG_LEVEL.\n", o.Version, ProviderName, ManagerImageVariable)
+		"# Install: clusterctl init --addon %s (docs/install.md). Variables: %s, %s, CAPLB_CONCURRENCY, CAPLB_LOG_LEVEL.\n", o.Version, ProviderName, ManagerImageVariable, AgentImageVariable)
 	return append([]byte(header), out...), nil
 }
 

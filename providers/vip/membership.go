@@ -65,12 +65,12 @@ func (vs views) acknowledged(m agentv1.Membership) bool {
 }
 
 // holder returns a member of m, other than except, whose agent reports fresh that it holds the
-// VIP (arp) or announces it (bgp) at m's version or newer; "" when none does.
+// VIP (arp) or announces it (bgp); "" when none does. The version it runs does not matter: right
+// after a new version is issued the owner still runs the previous one, and still serves.
 func (vs views) holder(m agentv1.Membership, except string) string {
 	for _, x := range m.Members {
 		v := vs[x.Name]
-		if x.Name != except && v.reported && v.fresh && !v.dead() && v.status.Holding &&
-			v.status.MembershipVersion >= m.Version && !v.status.Quiesced {
+		if x.Name != except && v.reported && v.fresh && !v.dead() && v.status.Holding && !v.status.Quiesced {
 			return x.Name
 		}
 	}

@@ -122,7 +122,8 @@ func TestQuiescedNeverOnSilence(t *testing.T) {
 		{"stale quiesced report does not count", views{"a": {nodeFound: true, nodeReady: true, reported: true, status: agentv1.AgentStatus{Quiesced: true}}}, false},
 		{"dead, nobody else holds", views{"a": dead, "b": report(3, true, true, false, false)}, false},
 		{"dead, another holds (scenario 13)", views{"a": dead, "b": report(3, true, true, true, false)}, true},
-		{"dead, another holds an older version", views{"a": dead, "b": report(2, true, true, true, false)}, false},
+		{"dead, another (still on the previous version) holds", views{"a": dead, "b": report(2, true, true, true, false)}, true},
+		{"dead, a non-member claims to hold", views{"a": dead, "z": report(3, false, false, true, false)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, why := tc.vs.quiesced(m, "a")

@@ -32,7 +32,7 @@ const (
 	// DefaultPendingPoll is how soon Ensure and Quiesce look again while they wait on agents.
 	DefaultPendingPoll = time.Second
 	// DefaultResync is how soon Ensure looks again when nothing is pending, to notice agents
-	// that fell silent. The manager does not watch workload Nodes.
+	// that fell silent (a watch sees reports change, not stop).
 	DefaultResync = 15 * time.Second
 )
 
@@ -140,7 +140,14 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 		}
 	}
 
+	// Pending: something waits on an agent (a joiner's first report, a leaver's hand-over), so
+	// look again soon even if the workload Node watch is not connected yet.
 	pending := false
+	for _, c := range cands {
+		if (c.state == lbv1.TargetRemoving) == cur.Has(c.node) && c.state != lbv1.TargetRemoved {
+			pending = true
+		}
+	}
 	if wl != nil {
 		want := desired(cur, cands, vs)
 		if nm, ch, ok := next(cur, want); ok {
