@@ -104,7 +104,7 @@ func cleanMember(ctx context.Context, c client.Client, obj client.Object, kind s
 	ann := obj.GetAnnotations()
 	changed := false
 	for k := range ann {
-		if strings.HasPrefix(k, hookKeyPrefix) {
+		if strings.HasPrefix(k, hookKeyPrefix) || strings.HasPrefix(k, preTermKeyPrefix) {
 			rep.Hooks = append(rep.Hooks, fmt.Sprintf("%s %s: %s", kind, client.ObjectKeyFromObject(obj), k))
 			delete(ann, k)
 			changed = true

@@ -24,6 +24,7 @@ type marks map[string]*string
 //     annotations when they are ours; another LoadBalancer's annotations are never touched.
 func desiredMarks(lb *lbv1.LoadBalancer, hooks bool, f facts, cur record) marks {
 	hookKey := lbv1.PreDrainHookAnnotation(lb.Name)
+	ptKey := lbv1.PreTerminateHookAnnotation(lb.Name)
 	want := marks{}
 	if cur.isMember() {
 		owner, state := ownerValue(lb), string(cur.State)
@@ -36,6 +37,13 @@ func desiredMarks(lb *lbv1.LoadBalancer, hooks bool, f facts, cur record) marks 
 			} else {
 				want[hookKey] = nil
 			}
+			// The pre-terminate hook follows the pre-drain hook's life, but is never held while
+			// the Cluster is deleted (nothing to hand over to; CAPI tears everything down).
+			if lb.Spec.EffectivePreTerminateHook() && !f.clusterDeleting && holdsHook(cur.State) && (!f.deleting || f.ourPreTermHook) {
+				want[ptKey] = &hookVal
+			} else if f.ourPreTermHook || lb.Spec.EffectivePreTerminateHook() {
+				want[ptKey] = nil
+			}
 		}
 		return want
 	}
@@ -45,6 +53,9 @@ func desiredMarks(lb *lbv1.LoadBalancer, hooks bool, f facts, cur record) marks 
 	}
 	if hooks || f.ourHook {
 		want[hookKey] = nil
+	}
+	if f.ourPreTermHook {
+		want[ptKey] = nil
 	}
 	return want
 }

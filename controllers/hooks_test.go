@@ -58,3 +58,42 @@ func TestMarksApply(t *testing.T) {
 	g.Expect(desiredMarks(newLB("lb"), true, facts{}, rec(lbv1.TargetAdding)).apply(empty)).To(BeTrue())
 	g.Expect(empty.Annotations).To(HaveKeyWithValue(hook, lbv1.HookOwner))
 }
+
+// The optional pre-terminate hook (spec.quiesce.preTerminateHook, default on for arp and bgp)
+// follows the pre-drain hook's life, is never added to a Machine already being deleted, and is
+// never held while the Cluster is being deleted.
+func TestDesiredMarksPreTerminateHook(t *testing.T) {
+	on := newLB("lb")
+	on.Spec.Quiesce.PreTerminateHook = ptrTo(true)
+	pt := lbv1.PreTerminateHookAnnotation("lb")
+	hook := lbv1.PreDrainHookAnnotation("lb")
+	str := func(s string) *string { return &s }
+	tests := []struct {
+		name string
+		f    facts
+		cur  record
+		want *string
+	}{
+		{"active member holds it", facts{}, rec(lbv1.TargetActive), str(lbv1.HookOwner)},
+		{"removing member keeps it", facts{deleting: true, ourHook: true, ourPreTermHook: true}, rec(lbv1.TargetRemoving), str(lbv1.HookOwner)},
+		{"removing member without it never gets one", facts{deleting: true}, rec(lbv1.TargetRemoving), nil},
+		{"removed member loses it", facts{deleting: true, ourPreTermHook: true}, rec(lbv1.TargetRemoved), nil},
+		{"Cluster being deleted: released", facts{deleting: true, ourPreTermHook: true, clusterDeleting: true}, rec(lbv1.TargetRemoving), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			m := desiredMarks(on, true, tt.f, tt.cur)
+			g.Expect(m).To(HaveKey(pt))
+			g.Expect(m[pt]).To(Equal(tt.want))
+			g.Expect(m).To(HaveKey(hook))
+		})
+	}
+	// Off (the static default): no key wanted, but one left from an earlier setting goes.
+	off := newLB("lb")
+	NewWithT(t).Expect(desiredMarks(off, true, facts{}, rec(lbv1.TargetActive))).NotTo(HaveKey(pt))
+	NewWithT(t).Expect(desiredMarks(off, true, facts{ourPreTermHook: true}, rec(lbv1.TargetActive))).To(HaveKeyWithValue(pt, BeNil()))
+	// Released LoadBalancer: both go.
+	NewWithT(t).Expect(desiredMarks(off, true, facts{owner: "lb", ourHook: true, ourPreTermHook: true}, record{})).
+		To(And(HaveKeyWithValue(pt, BeNil()), HaveKeyWithValue(hook, BeNil())))
+}

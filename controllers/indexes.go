@@ -33,8 +33,12 @@ const (
 func memberIndexName(owner string) string  { return "name:" + owner }
 func memberIndexHook(lbName string) string { return "hook:" + hookSuffix(lbName) }
 
-// hookKeyPrefix is the start of every pre-drain hook key caplb writes.
-var hookKeyPrefix = clusterv1.PreDrainDeleteHookAnnotationPrefix + "/caplb-"
+// hookKeyPrefix is the start of every pre-drain hook key caplb writes; preTermKeyPrefix of every
+// pre-terminate hook key.
+var (
+	hookKeyPrefix    = clusterv1.PreDrainDeleteHookAnnotationPrefix + "/caplb-"
+	preTermKeyPrefix = clusterv1.PreTerminateDeleteHookAnnotationPrefix + "/caplb-"
+)
 
 func memberOfValues(obj client.Object) []string {
 	var out []string
@@ -42,7 +46,7 @@ func memberOfValues(obj client.Object) []string {
 		switch {
 		case k == lbv1.NameAnnotation && v != "":
 			out = append(out, memberIndexName(v))
-		case strings.HasPrefix(k, hookKeyPrefix):
+		case strings.HasPrefix(k, hookKeyPrefix), strings.HasPrefix(k, preTermKeyPrefix):
 			out = append(out, "hook:"+k[strings.Index(k, "/")+1:])
 		}
 	}

@@ -26,12 +26,16 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 		return err
 	}
 	s.members, s.gathered = members, true
+	clusterDeleting := s.cluster != nil && !s.cluster.DeletionTimestamp.IsZero()
+	for _, m := range members {
+		m.facts.clusterDeleting = clusterDeleting
+	}
 	r.reconcileAdoption(ctx, s)
 
 	mid := map[string]record{}
 	for _, m := range members {
 		m.cur, m.intent = stepObserved(m.prev, m.obs, now)
-		if m.intent == intentIgnore && m.obj != nil && (m.facts.owner == ownerValue(lb) || m.facts.ourHook) {
+		if m.intent == intentIgnore && m.obj != nil && (m.facts.owner == ownerValue(lb) || m.facts.ourHook || m.facts.ourPreTermHook) {
 			// Marks without a membership (a half-done earlier reconcile): clean them.
 			m.intent = intentRelease
 		}

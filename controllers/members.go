@@ -36,6 +36,10 @@ type facts struct {
 	owner     string // value of the name annotation
 	status    string // value of the status annotation
 	ourHook   bool
+	// ourPreTermHook: the object carries this LoadBalancer's pre-terminate hook.
+	ourPreTermHook bool
+	// clusterDeleting: the member's Cluster is being deleted (no pre-terminate hook is held).
+	clusterDeleting bool
 	addresses map[string]string // first address of each type
 	address   string            // by addressPreference
 	// cluster is the Machine's spec.clusterName ("" for Nodes).
@@ -148,6 +152,7 @@ func commonFacts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 		status:   ann[lbv1.StatusAnnotation],
 	}
 	_, f.ourHook = ann[lbv1.PreDrainHookAnnotation(lb.Name)]
+	_, f.ourPreTermHook = ann[lbv1.PreTerminateHookAnnotation(lb.Name)]
 	return f
 }
 

@@ -42,6 +42,14 @@ func PreDrainHookAnnotation(lbName string) string {
 	return clusterv1.PreDrainDeleteHookAnnotationPrefix + "/" + suffix
 }
 
+// PreTerminateHookAnnotation returns the key of the optional pre-terminate deletion hook
+// (spec.quiesce.preTerminateHook) of the LoadBalancer named lbName, with the same suffix as its
+// pre-drain hook.
+func PreTerminateHookAnnotation(lbName string) string {
+	pre := PreDrainHookAnnotation(lbName)
+	return clusterv1.PreTerminateDeleteHookAnnotationPrefix + pre[len(clusterv1.PreDrainDeleteHookAnnotationPrefix):]
+}
+
 // TargetState is a member's place in the load balancer's life cycle, as named by the proposal.
 // +kubebuilder:validation:Enum=adding;active;disabling;disabled;removing;removed
 type TargetState string

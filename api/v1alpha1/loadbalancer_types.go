@@ -204,6 +204,23 @@ type Quiesce struct {
 	// +optional
 	// +kubebuilder:default="2m"
 	Timeout metav1.Duration `json:"timeout,omitzero"`
+
+	// preTerminateHook also places a CAPI pre-terminate hook on member Machines, released with
+	// the pre-drain hook once the member has left the data plane. CAPI skips pre-drain hooks for
+	// a Machine without a nodeRef and for the last control-plane Machine; this one still holds
+	// such a Machine's infrastructure until the member is out. It never waits on
+	// KubeadmControlPlane's own pre-terminate hook, and is never held while the Cluster is being
+	// deleted. Default: on for the arp and bgp backends (they have a data plane), off for static.
+	// +optional
+	PreTerminateHook *bool `json:"preTerminateHook,omitempty"`
+}
+
+// EffectivePreTerminateHook reports whether member Machines carry caplb's pre-terminate hook.
+func (s *LoadBalancerSpec) EffectivePreTerminateHook() bool {
+	if s.Quiesce.PreTerminateHook != nil {
+		return *s.Quiesce.PreTerminateHook
+	}
+	return s.Backend.ARP != nil || s.Backend.BGP != nil
 }
 
 // Target is one member as the LoadBalancer sees it.

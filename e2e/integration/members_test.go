@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -273,4 +274,34 @@ func testNodeTargetsFenced(t *testing.T, s *suite) {
 		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(n), node)).To(Succeed())
 		g.Expect(node.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
 	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// With spec.quiesce.preTerminateHook, a Machine whose pre-drain hook CAPI skips (no nodeRef) is
+// still held by caplb's pre-terminate hook until it has left the load balancer (the drain
+// period), then released; CAPI deletes it after.
+func testPreTerminateHookHoldsSkippedMachine(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	const drain = 4 * time.Second
+	f, ms := activeCluster(t, s, withDrain(drain), func(lb *lbv1.LoadBalancer) {
+		lb.Spec.Quiesce.PreTerminateHook = ptr.To(true)
+	})
+	lost, err := s.env.CreateMachine(f.ctx, f.cluster, "c-never-joins", harness.MachineOptions{
+		Addresses: harness.InternalIP("127.0.0.9"), NoNode: true,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.machine(g, lost.Name).Annotations).To(HaveKey(lbv1.PreTerminateHookAnnotation("lb")))
+	}, flowTimeout).Should(Succeed())
+
+	deleteAt := time.Now()
+	g.Expect(s.env.Client.Delete(f.ctx, lost)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		m := f.machine(g, lost.Name)
+		g.Expect(m.Annotations).To(HaveKey(lbv1.PreTerminateHookAnnotation("lb")))
+	}, drain/2, 200*time.Millisecond).Should(Succeed(), "the infrastructure waits while the member drains")
+	g.Expect(s.env.WaitGone(f.ctx, &clusterv1.Machine{ObjectMeta: lost.ObjectMeta}, flowTimeout)).To(Succeed())
+	g.Expect(time.Now()).To(BeTemporally(">=", deleteAt.Add(drain)), "released before the drain period")
+	for _, m := range ms {
+		g.Expect(f.machine(g, m.Name).Annotations).To(HaveKey(lbv1.PreTerminateHookAnnotation("lb")))
+	}
 }

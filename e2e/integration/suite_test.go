@@ -95,6 +95,7 @@ func TestIntegration(t *testing.T) {
 			{"DeleteMemberThroughHook", testDeleteMember},
 			{"DeleteLoadBalancerMidFlow", testDeleteLBMidFlow},
 			{"HooksSkippedWithoutNode", testHooksSkippedWithoutNode},
+			{"PreTerminateHookHoldsSkippedMachine", testPreTerminateHookHoldsSkippedMachine},
 			{"PauseUnpause", testPause},
 			{"Admission", testAdmission},
 			{"Immutability", testImmutability},
