@@ -28,20 +28,20 @@ var addressPreference = []string{"InternalIP", "ExternalIP", "InternalDNS", "Ext
 
 // facts is what the controller reads from one member object, the same for Machines and Nodes.
 type facts struct {
-	name      string
-	ready     bool
-	deleting  bool
-	disabled  bool
-	labels    labels.Set
-	owner     string // value of the name annotation
-	status    string // value of the status annotation
-	ourHook   bool
+	name     string
+	ready    bool
+	deleting bool
+	disabled bool
+	labels   labels.Set
+	owner    string // value of the name annotation
+	status   string // value of the status annotation
+	ourHook  bool
 	// ourPreTermHook: the object carries this LoadBalancer's pre-terminate hook.
 	ourPreTermHook bool
 	// clusterDeleting: the member's Cluster is being deleted (no pre-terminate hook is held).
 	clusterDeleting bool
-	addresses map[string]string // first address of each type
-	address   string            // by addressPreference
+	addresses       map[string]string // first address of each type
+	address         string            // by addressPreference
 	// cluster is the Machine's spec.clusterName ("" for Nodes).
 	cluster string
 	// nodeName is the Machine's status.nodeRef name, or the Node's own name.
