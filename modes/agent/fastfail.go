@@ -19,21 +19,31 @@ func silentHolderAfter(c *Config) time.Duration { return 2 * c.Election.ProbeInt
 
 // silentHolder returns the other member that gossip shows holding the VIPs
 // and that has not answered our direct pings for silentHolderAfter, "" if
-// none.
+// none. Like memberlist's Lifeguard awareness, a member reports silence only
+// while every other alive member answers it: if they are silent too, the
+// likely culprit is this member (starved of CPU, or its own link), and
+// gossip's slower verdict decides.
 func (a *Agent) silentHolder(v election.View, now time.Time) string {
 	la, ok := a.ml.(lastAnswerer)
 	if !ok {
 		return ""
 	}
+	after := silentHolderAfter(a.cfg)
+	silent := ""
 	for _, m := range v.Members {
-		if m.Name == a.cfg.NodeName || !m.Alive || !m.Meta.Holding {
+		if m.Name == a.cfg.NodeName || !m.Alive {
 			continue
 		}
-		if at := la.LastAnswer(m.Name); !at.IsZero() && now.Sub(at) >= silentHolderAfter(a.cfg) {
-			return m.Name
+		at := la.LastAnswer(m.Name)
+		quiet := !at.IsZero() && now.Sub(at) >= after
+		switch {
+		case m.Meta.Holding && quiet && silent == "":
+			silent = m.Name
+		case !m.Meta.Holding && (at.IsZero() || now.Sub(at) >= after):
+			return "" // we are not hearing the others either
 		}
 	}
-	return ""
+	return silent
 }
 
 // dropSilentHolders marks as dead, in v, a holder that a majority of the

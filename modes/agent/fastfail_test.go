@@ -34,14 +34,21 @@ func TestSilentHolder(t *testing.T) {
 	a.ml = am
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
 	t0 := time.Now()
-	am.at["b"], am.at["c"] = t0, t0
+	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
 	a.step(t0)
-	a.step(t0.Add(600 * time.Millisecond)) // settled; b last answered 600 ms ago
+	a.step(t0.Add(600 * time.Millisecond)) // settled; b last answered 600 ms ago, c 50 ms ago
 	g.Expect(ml.self.Silent).To(Equal("b"), "no answer from the holder for 600 ms")
 	g.Expect(a.holding).To(BeFalse(), "only this member reports the holder silent")
 
 	ml.set(1, true, election.Meta{Eligible: true, Silent: "b"}) // c agrees
+	am.at["c"] = time.Time{}                                    // but we never heard from c
+	a.step(t0.Add(620 * time.Millisecond))
+	g.Expect(ml.self.Silent).To(BeEmpty(), "not hearing the others either: this member may be the stalled one")
+	g.Expect(a.holding).To(BeFalse())
+
+	am.at["c"] = t0.Add(600 * time.Millisecond)
 	a.step(t0.Add(650 * time.Millisecond))
+	g.Expect(ml.self.Silent).To(Equal("b"))
 	g.Expect(a.holding).To(BeTrue(), "a majority reports the holder silent: claim")
 
 	a2, ml2, _, _ := newTestAgent(t, 1)
@@ -50,7 +57,7 @@ func TestSilentHolder(t *testing.T) {
 	ml2.set(0, true, election.Meta{Eligible: true, Holding: true})
 	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
 	now := time.Now()
-	am2.at["b"] = now.Add(-150 * time.Millisecond)
+	am2.at["b"], am2.at["c"] = now.Add(-150*time.Millisecond), now
 	a2.step(now.Add(-600 * time.Millisecond))
 	a2.step(now)
 	g.Expect(ml2.self.Silent).To(BeEmpty(), "the holder answered 150 ms ago")
