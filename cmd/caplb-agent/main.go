@@ -2,7 +2,8 @@
 // manager's controller-runtime and Cluster API, so that a node pays only for what it runs (peak
 // RSS ~29 MiB against ~50 MiB for the full binary, docs/benchmarks.md). It takes the agent's flags
 // directly (`caplb-agent --config FILE`) and also as `caplb-agent agent --config FILE`, so it is a
-// drop-in for `caplb agent` in manifests and scripts.
+// drop-in for `caplb agent` in manifests and scripts. `caplb-agent wireguard` is the WireGuard
+// member and `caplb-agent gateway` the gateway (docs/backends/wireguard.md).
 package main
 
 import (
@@ -10,13 +11,14 @@ import (
 	"os"
 
 	"github.com/caplb/caplb/modes/agent"
+	"github.com/caplb/caplb/modes/wireguard"
 )
 
 func main() {
 	root := agent.NewCommand()
 	root.Use = "caplb-agent"
 	root.SilenceUsage, root.SilenceErrors = true, true
-	root.AddCommand(agent.NewCommand())
+	root.AddCommand(agent.NewCommand(), wireguard.NewMemberCommand(), wireguard.NewGatewayCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "caplb-agent:", err)
 		os.Exit(1)

@@ -1,5 +1,6 @@
 // Command caplb is the control-plane load balancer provider for Cluster API: the management-side
-// manager (controllers) and the node-side agent (ARP/BGP data plane) in one binary.
+// manager (controllers), the node-side agent (ARP/BGP data plane) and the WireGuard gateway and
+// member (docs/backends/wireguard.md) in one binary.
 package main
 
 import (
@@ -7,6 +8,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/caplb/caplb/modes/wireguard"
 )
 
 func main() {
@@ -16,7 +19,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newManagerCommand(), newAgentCommand())
+	root.AddCommand(newManagerCommand(), newAgentCommand(), wireguard.NewGatewayCommand(), wireguard.NewMemberCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "caplb:", err)
 		os.Exit(1)
