@@ -30,9 +30,9 @@ type Gateway struct {
 	health *http.Transport // TLS config for member health checks; dials through the tunnel
 	state  *stateStore
 
-	mu       sync.Mutex // serialises peer changes and state saves
-	ctx      context.Context
-	draining time.Duration
+	mu    sync.Mutex // serialises peer changes and state saves
+	ctx   context.Context
+	ready chan struct{}
 }
 
 // NewGateway loads (or creates) the gateway key, brings the tunnel up and restores the members
@@ -67,7 +67,8 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun,
-		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile}}
+		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile},
+		ready: make(chan struct{})}
 	g.health = &http.Transport{
 		DialContext: func(ctx context.Context, _, address string) (net.Conn, error) {
 			ap, err := netip.ParseAddrPort(address)
@@ -87,6 +88,9 @@ func (g *Gateway) PublicKey() Key { return g.pub }
 
 // Address is the gateway's tunnel address.
 func (g *Gateway) Address() netip.Addr { return g.tun.Addr }
+
+// Ready is closed once Run has bound every listener.
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
 // Run serves until ctx ends: the proxy, registration, admin, health checks and drains.
 func (g *Gateway) Run(ctx context.Context) error {
@@ -151,6 +155,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.log.Info("gateway up", "name", g.cfg.Name, "listen", ln.Addr().String(), "publicKey", g.pub.String(),
 		"tunnelAddress", g.tun.Addr.String(), "wireguardPort", g.cfg.WireGuard.ListenPort, "members", len(g.pool.status()))
 
+	close(g.ready)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); g.maintain(ctx) }()
