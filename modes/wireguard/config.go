@@ -148,7 +148,7 @@ type MemberConfig struct {
 	// 127.0.0.1:6443.
 	Upstream string `json:"upstream,omitempty"`
 	// RegisterInterval: the member registers again this often, so that a gateway that lost its
-	// state learns it back. Default 30s.
+	// state learns it back. Default 10s.
 	RegisterInterval Duration `json:"registerInterval,omitempty"`
 	// DrainTimeout: on key rotation or shutdown, how long the old tunnel stays up for the
 	// connections the gateways are draining. Default 30s (the gateways' drainTimeout).
@@ -259,7 +259,7 @@ func (c *MemberConfig) Default() {
 	def(&c.PersistentKeepalive, time.Second)
 	defInt(&c.TunnelPort, 6443)
 	defStr(&c.Upstream, "127.0.0.1:6443")
-	def(&c.RegisterInterval, 30*time.Second)
+	def(&c.RegisterInterval, 10*time.Second)
 	def(&c.DrainTimeout, 30*time.Second)
 	defInt(&c.MTU, 1420)
 	defStr(&c.Admin.Listen, "127.0.0.1:7476")

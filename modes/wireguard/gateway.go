@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -311,7 +312,7 @@ func (g *Gateway) checkOnce(ctx context.Context, client *http.Client, url string
 func (g *Gateway) maintain(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	lastSave := time.Now()
+	var saved map[Key]string
 	for {
 		select {
 		case <-ctx.Done():
@@ -328,12 +329,24 @@ func (g *Gateway) maintain(ctx context.Context) {
 				g.mu.Unlock()
 				g.log.Info("member removed after drain", "node", b.node, "publicKey", b.pub.String(), "closedConnections", len(conns), "error", errString(err))
 			}
-			if len(remove) > 0 || now.Sub(lastSave) > 10*time.Second {
+			// Save when a member's endpoint changed (first packet, NAT rebinding): a gateway
+			// restarted from the state file then reaches members behind NAT at once.
+			if eps := g.endpoints(); len(remove) > 0 || !maps.Equal(eps, saved) {
 				g.saveState()
-				lastSave = now
+				saved = eps
 			}
 		}
 	}
+}
+
+// endpoints is each peer's current endpoint.
+func (g *Gateway) endpoints() map[Key]string {
+	peers, _ := g.tun.Peers()
+	out := make(map[Key]string, len(peers))
+	for k, p := range peers {
+		out[k] = p.Endpoint
+	}
+	return out
 }
 
 func (g *Gateway) closeAll() {

@@ -18,7 +18,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/wireguard/apiserver"
 )
 
 // These tests run a real gateway and real members in one process over loopback: userspace
@@ -28,7 +28,7 @@ import (
 
 type loopLab struct {
 	dir    string
-	ca     *wglab.CA
+	ca     *apiserver.CA
 	token  string
 	gwCfg  *GatewayConfig
 	gw     *Gateway
@@ -59,7 +59,7 @@ func freeUDPPort(t *testing.T) int {
 func startLoopLab(t *testing.T) *loopLab {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := wglab.NewCA(dir)
+	ca, err := apiserver.NewCA(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func (l *loopLab) startStandin(t *testing.T, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: wglab.StandinHandler(node, "")}
+	srv := &http.Server{Handler: apiserver.StandinHandler(node, "")}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()

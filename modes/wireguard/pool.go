@@ -142,7 +142,7 @@ func (p *pool) healthResult(b *backend, err error, now time.Time) (changed, heal
 			b.healthy = false
 		}
 	}
-	changed = was != b.healthy || !b.seen
+	changed = was != b.healthy || (!b.seen && err != nil)
 	b.seen = true
 	return changed, b.healthy
 }

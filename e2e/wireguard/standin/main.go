@@ -1,5 +1,5 @@
 // Command standin is the WireGuard lab's stand-in API server: HTTPS with a kubeadm-shaped
-// certificate (no 127.0.0.1 SAN) serving /readyz, /name and /bytes (wglab.StandinHandler).
+// certificate (no 127.0.0.1 SAN) serving /readyz, /name and /bytes (apiserver.StandinHandler).
 package main
 
 import (
@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/wireguard/apiserver"
 )
 
 func main() {
@@ -21,7 +21,7 @@ func main() {
 	if *name == "" || *cert == "" || *key == "" {
 		log.Fatal("standin: -name, -cert and -key are required")
 	}
-	srv := &http.Server{Addr: *listen, Handler: wglab.StandinHandler(*name, *failFile), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: *listen, Handler: apiserver.StandinHandler(*name, *failFile), ReadHeaderTimeout: 5 * time.Second}
 	log.Printf("standin %s: https://%s", *name, *listen)
 	log.Fatal(srv.ListenAndServeTLS(*cert, *key))
 }

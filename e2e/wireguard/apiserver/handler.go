@@ -1,4 +1,4 @@
-package wglab
+package apiserver
 
 import (
 	"fmt"

@@ -1,7 +1,7 @@
-// Package wglab is the WireGuard network lab: two gateways on a public segment, three members
-// behind an nftables NAT router, a client on the public side (see Start). The PKI part is
-// portable; the lab itself needs Linux and root.
-package wglab
+// Package apiserver is the WireGuard lab's stand-in API server: a cluster CA issuing
+// kubeadm-shaped serving certificates, and the HTTP surface the stand-in serves. Portable (the
+// loopback tests in modes/wireguard use it without root).
+package apiserver
 
 import (
 	"crypto/ecdsa"
