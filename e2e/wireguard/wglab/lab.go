@@ -509,3 +509,15 @@ func (c *Client) Name(ctx context.Context) (string, error) {
 	}
 	return string(b), nil
 }
+
+// HTTPSClient is a client from the client namespace to one address, verifying the cluster CA
+// and the name "kubernetes"; keepAlive reuses connections.
+func (w *Lab) HTTPSClient(addr string, keepAlive bool, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return w.Client.DialContext(ctx, "tcp", addr)
+		},
+		DisableKeepAlives: !keepAlive,
+		TLSClientConfig:   &tls.Config{RootCAs: w.roots, ServerName: "kubernetes"},
+	}}
+}
