@@ -60,6 +60,9 @@ type GatewayConfig struct {
 	// DialTimeout for one connection attempt to a member through the tunnel; a failed attempt is
 	// retried on another member. Default 1s.
 	DialTimeout Duration `json:"dialTimeout,omitempty"`
+	// HedgeDelay: a dial still unanswered after this long is raced by a dial to another member
+	// (the first to connect wins). Default 200ms; at most dialTimeout.
+	HedgeDelay Duration `json:"hedgeDelay,omitempty"`
 	// DrainTimeout: a quiesced or deregistered member's open connections are closed after this
 	// long. Default 30s.
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
@@ -245,6 +248,7 @@ func (c *GatewayConfig) Default() {
 	defInt(&h.Rise, 2)
 	defInt(&h.Fall, 3)
 	def(&c.DialTimeout, time.Second)
+	def(&c.HedgeDelay, 200*time.Millisecond)
 	def(&c.DrainTimeout, 30*time.Second)
 	defStr(&c.Admin.Listen, "127.0.0.1:7475")
 }
@@ -326,6 +330,10 @@ func (c *GatewayConfig) Validate() error {
 	atLeast1(&e, "health.rise", h.Rise)
 	atLeast1(&e, "health.fall", h.Fall)
 	positive(&e, "dialTimeout", c.DialTimeout)
+	positive(&e, "hedgeDelay", c.HedgeDelay)
+	if c.HedgeDelay.Duration > c.DialTimeout.Duration {
+		e.bad("hedgeDelay", "%v is longer than dialTimeout (%v); a hedge must start before the dial gives up", c.HedgeDelay.Duration, c.DialTimeout.Duration)
+	}
 	positive(&e, "drainTimeout", c.DrainTimeout)
 	names, keys := map[string]bool{}, map[string]bool{}
 	for i, p := range c.Peers {

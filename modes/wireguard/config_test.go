@@ -40,6 +40,7 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 		{"bad duration", good + "dialTimeout: 5\n", "duration"},
 		{"bad peer key", good + "peers: [{name: m1, publicKey: xyz}]\n", "peers[0].publicKey"},
 		{"dup peer", good + "peers: [{name: m1, publicKey: " + testPub + "}, {name: m1, publicKey: " + testPub + "}]\n", "peers[1].name: \"m1\" is listed twice"},
+		{"hedge after timeout", good + "hedgeDelay: 2s\n", "hedgeDelay: 2s is longer than dialTimeout"},
 		{"bad fall", base + "health: {caFile: /c, fall: -1}\n", "health.fall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,36 +45,91 @@ func (g *Gateway) serveProxy(ctx context.Context, ln net.Listener) {
 	}
 }
 
-// handle dials a member (another one after a failed dial, each at most once) and splices bytes
-// both ways. Nothing is read from the client before a member answers, so a retry is invisible
-// to it.
+// handle dials a member and splices bytes both ways. A failed dial is retried on another member
+// (each member at most once); a dial still unanswered after hedgeDelay is raced by a dial to
+// another member, and the first to connect wins, so a member that died a moment ago (before its
+// health check noticed) costs a client hedgeDelay, not dialTimeout. Nothing is read from the
+// client before a member answers, so retries are invisible to it.
 func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 	tried := map[Key]bool{}
-	for {
+	type dialed struct {
+		b   *backend
+		c   net.Conn
+		err error
+	}
+	results := make(chan dialed, 8)
+	pending := 0
+	start := func() bool {
 		b := g.pool.pick(tried)
 		if b == nil {
-			g.log.V(1).Info("no member for connection", "client", client.RemoteAddr().String(), "tried", len(tried))
-			_ = client.Close()
-			return
+			return false
 		}
 		tried[b.pub] = true
-		dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout.Duration)
-		up, err := g.tun.Net.DialContextTCPAddrPort(dctx, netip.AddrPortFrom(b.addr, uint16(g.cfg.MemberPort)))
-		cancel()
-		if err != nil {
-			g.pool.dialFailed(b, err)
-			g.log.Info("dial to member failed; trying another", "node", b.node, "publicKey", b.pub.String(), "error", err.Error())
-			continue
+		pending++
+		go func() {
+			dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout.Duration)
+			defer cancel()
+			c, err := g.tun.Net.DialContextTCPAddrPort(dctx, netip.AddrPortFrom(b.addr, uint16(g.cfg.MemberPort)))
+			if err != nil {
+				results <- dialed{b: b, err: err}
+				return
+			}
+			results <- dialed{b: b, c: c}
+		}()
+		return true
+	}
+	var won *proxied
+	var wonB *backend
+	if start() {
+		hedge := time.NewTimer(g.cfg.HedgeDelay.Duration)
+		defer hedge.Stop()
+		for pending > 0 && won == nil {
+			select {
+			case <-hedge.C:
+				start() // a second member races the slow one
+			case r := <-results:
+				pending--
+				switch {
+				case r.err != nil:
+					g.pool.dialFailed(r.b, r.err)
+					g.log.Info("dial to member failed; trying another", "node", r.b.node, "publicKey", r.b.pub.String(), "error", r.err.Error())
+					if pending == 0 {
+						start()
+					}
+				default:
+					p := &proxied{client: client, upstream: r.c}
+					if g.pool.attach(r.b, p) {
+						won, wonB = p, r.b
+						break
+					}
+					_ = r.c.Close() // quiesced while we dialled
+					if pending == 0 {
+						start()
+					}
+				}
+			}
 		}
-		p := &proxied{client: client, upstream: up}
-		if !g.pool.attach(b, p) {
-			_ = up.Close() // quiesced while we dialled
-			continue
-		}
-		splice(p)
-		g.pool.detach(b, p)
+	}
+	// Losers of the race that connect later are closed; their failures still count.
+	if pending > 0 {
+		go func(n int) {
+			for range n {
+				r := <-results
+				if r.err != nil {
+					g.pool.dialFailed(r.b, r.err)
+				} else {
+					_ = r.c.Close()
+				}
+			}
+		}(pending)
+	}
+	if won == nil {
+		g.log.V(1).Info("no member for connection", "client", client.RemoteAddr().String(), "tried", len(tried))
+		_ = client.Close()
 		return
 	}
+	splice(won)
+	g.pool.detach(wonB, won)
 }
 
 // halfCloser is a connection whose write side can be shut alone (TCP FIN), as TLS close_notify

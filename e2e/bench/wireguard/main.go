@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
@@ -55,12 +56,16 @@ type Result struct {
 	// One HTTPS stream through one gateway, and directly for comparison.
 	ThroughputMiBs       float64 `json:"throughput_mib_s"`
 	DirectThroughputMiBs float64 `json:"direct_throughput_mib_s"`
-	// Gateway process memory after the latency and throughput runs.
-	GatewayRSSMiB     float64   `json:"gateway_rss_mib"`
-	GatewayPeakRSSMiB float64   `json:"gateway_peak_rss_mib"`
-	Started           time.Time `json:"started"`
-	Cores             int       `json:"cores"`
-	Workers           int       `json:"workers"`
+	// Gateway process memory (VmRSS) after the latency runs (API-like traffic), after the bulk
+	// transfers, and its peak (VmHWM): wireguard-go queues packets in 64 KiB buffers, so a bulk
+	// stream that fills its queues costs tens of MiB until the Go runtime returns them.
+	GatewayRSSMiB          float64   `json:"gateway_rss_mib"`
+	GatewayRSSAfterBulkMiB float64   `json:"gateway_rss_after_bulk_mib"`
+	GatewayPeakRSSMiB      float64   `json:"gateway_peak_rss_mib"`
+	Started                time.Time `json:"started"`
+	Cores                  int       `json:"cores"`
+	Workers                int       `json:"workers"`
+	LoadAverage            string    `json:"load_average_at_start"`
 }
 
 func main() {
@@ -95,7 +100,9 @@ func run(trials int, out string) error {
 	if err != nil {
 		return err
 	}
-	res := &Result{Scenarios: map[string]*Scenario{}, Started: time.Now().UTC(), Workers: workers, Cores: numCPU()}
+	la, _ := os.ReadFile("/proc/loadavg")
+	res := &Result{Scenarios: map[string]*Scenario{}, Started: time.Now().UTC(), Workers: workers, Cores: numCPU(),
+		LoadAverage: strings.TrimSpace(string(la))}
 	if err := measurePath(w, res); err != nil {
 		return fmt.Errorf("latency/throughput: %w", err)
 	}

@@ -53,20 +53,22 @@ func measurePath(w *wglab.Lab, res *Result) error {
 			res.DirectLatencyUsP50, res.GatewayLatencyUsP50, res.ProxyAddedLatencyUsP50 = d, g, g-d
 		}
 	}
+	// Memory after steady API-like traffic (the latency runs), then the peak after bulk transfers.
+	if _, res.GatewayRSSMiB, err = rss(gw.Proc.Pid()); err != nil {
+		return err
+	}
 	if res.DirectThroughputMiBs, err = throughput(w.HTTPSClient(direct, false, time.Minute)); err != nil {
 		return err
 	}
 	if res.ThroughputMiBs, err = throughput(w.HTTPSClient(via, false, time.Minute)); err != nil {
 		return err
 	}
-	peak, cur, err := rss(gw.Proc.Pid())
-	if err != nil {
+	if res.GatewayPeakRSSMiB, res.GatewayRSSAfterBulkMiB, err = rss(gw.Proc.Pid()); err != nil {
 		return err
 	}
-	res.GatewayPeakRSSMiB, res.GatewayRSSMiB = peak, cur
-	fmt.Fprintf(os.Stderr, "latency p50: direct %.0f us, via gateway %.0f us (+%.0f us; keep-alive +%.0f us); throughput %.1f MiB/s (direct %.1f); gateway RSS %.1f MiB (peak %.1f)\n",
+	fmt.Fprintf(os.Stderr, "latency p50: direct %.0f us, via gateway %.0f us (+%.0f us; keep-alive +%.0f us); throughput %.1f MiB/s (direct %.1f); gateway RSS %.1f MiB (after bulk %.1f, peak %.1f)\n",
 		res.DirectLatencyUsP50, res.GatewayLatencyUsP50, res.ProxyAddedLatencyUsP50, res.ProxyAddedLatencyUsP50KeepAlive,
-		res.ThroughputMiBs, res.DirectThroughputMiBs, res.GatewayRSSMiB, res.GatewayPeakRSSMiB)
+		res.ThroughputMiBs, res.DirectThroughputMiBs, res.GatewayRSSMiB, res.GatewayRSSAfterBulkMiB, res.GatewayPeakRSSMiB)
 	return nil
 }
 
