@@ -158,3 +158,24 @@ func TestRegistrationMACs(t *testing.T) {
 	other.Time++
 	g.Expect(resp.Verify(&other, token)).NotTo(Succeed(), "an answer is bound to its request")
 }
+
+// The shipped samples parse, and say the defaults they claim.
+func TestSampleConfigs(t *testing.T) {
+	g := NewWithT(t)
+	b, err := os.ReadFile("../../config/wireguard/gateway.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	gc, err := ParseGateway(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	var def GatewayConfig
+	def.Name, def.Registration.TokenFile, def.Health.CAFile = gc.Name, gc.Registration.TokenFile, gc.Health.CAFile
+	def.Default()
+	g.Expect(*gc).To(Equal(def))
+
+	b, err = os.ReadFile("../../config/wireguard/member.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	mc, err := ParseMember(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	mdef := MemberConfig{NodeName: mc.NodeName, TokenFile: mc.TokenFile, Gateways: []MemberGateway{{Endpoint: "203.0.113.10:51820"}, {Endpoint: "203.0.113.11:51820"}}}
+	mdef.Default()
+	g.Expect(*mc).To(Equal(mdef))
+}
