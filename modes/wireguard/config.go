@@ -66,6 +66,9 @@ type GatewayConfig struct {
 	// DrainTimeout: a quiesced or deregistered member's open connections are closed after this
 	// long. Default 30s.
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// ForgetAfter: a registered member neither re-registering (members do every 10s) nor
+	// handshaking for this long is removed (a node deleted without deregistering). Default 10m.
+	ForgetAfter Duration `json:"forgetAfter,omitempty"`
 	// Peers are members known in advance (pre-shared keys instead of registration).
 	Peers []StaticPeer `json:"peers,omitempty"`
 	// Admin is the local HTTP listener (/status, /metrics, /healthz, quiesce). No
@@ -250,6 +253,7 @@ func (c *GatewayConfig) Default() {
 	def(&c.DialTimeout, time.Second)
 	def(&c.HedgeDelay, 200*time.Millisecond)
 	def(&c.DrainTimeout, 30*time.Second)
+	def(&c.ForgetAfter, 10*time.Minute)
 	defStr(&c.Admin.Listen, "127.0.0.1:7475")
 }
 
@@ -335,6 +339,9 @@ func (c *GatewayConfig) Validate() error {
 		e.bad("hedgeDelay", "%v is longer than dialTimeout (%v); a hedge must start before the dial gives up", c.HedgeDelay.Duration, c.DialTimeout.Duration)
 	}
 	positive(&e, "drainTimeout", c.DrainTimeout)
+	if c.ForgetAfter.Duration < time.Minute {
+		e.bad("forgetAfter", "%v is shorter than 1m; a member that misses a few registrations would be dropped", c.ForgetAfter.Duration)
+	}
 	names, keys := map[string]bool{}, map[string]bool{}
 	for i, p := range c.Peers {
 		f := fmt.Sprintf("peers[%d]", i)

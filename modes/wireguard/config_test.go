@@ -179,3 +179,25 @@ func TestSampleConfigs(t *testing.T) {
 	mdef.Default()
 	g.Expect(*mc).To(Equal(mdef))
 }
+
+func TestPoolForgetsSilentMembers(t *testing.T) {
+	g := NewWithT(t)
+	p := newPool(2, 3)
+	now := time.Now()
+	mk := func(node string, i byte, static bool, seen time.Time) *backend {
+		var k Key
+		k[0] = i
+		b := &backend{node: node, pub: k, static: static, lastSeen: seen, conns: map[*proxied]struct{}{}}
+		p.backends[k] = b
+		return b
+	}
+	silent := mk("gone", 1, false, now.Add(-time.Hour))
+	handshaking := mk("quiet-but-alive", 2, false, now.Add(-time.Hour))
+	mk("fresh", 3, false, now)
+	mk("static", 4, true, now.Add(-time.Hour))
+	got := p.forget(map[Key]time.Time{handshaking.pub: now}, now.Add(-10*time.Minute), now)
+	g.Expect(got).To(ConsistOf(silent))
+	_, removed := p.expired(now)
+	g.Expect(removed).To(ConsistOf(silent))
+	g.Expect(p.backends).To(HaveLen(3))
+}

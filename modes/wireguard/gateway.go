@@ -183,6 +183,7 @@ func (g *Gateway) addMember(node string, pub Key, endpoint string, static bool) 
 	if b, ok := g.pool.backends[pub]; ok {
 		b.node = node
 		b.draining = false
+		b.lastSeen = time.Now()
 		g.pool.mu.Unlock()
 		return nil
 	}
@@ -199,7 +200,7 @@ func (g *Gateway) addMember(node string, pub Key, endpoint string, static bool) 
 	if err := g.tun.SetPeer(PeerSpec{PublicKey: pub, Endpoint: endpoint, AllowedIP: addr}); err != nil {
 		return err
 	}
-	b := &backend{node: node, pub: pub, addr: addr, static: static, conns: map[*proxied]struct{}{}}
+	b := &backend{node: node, pub: pub, addr: addr, static: static, conns: map[*proxied]struct{}{}, lastSeen: time.Now()}
 	hctx, stop := context.WithCancel(g.ctx)
 	b.stopHealth = stop
 	g.pool.mu.Lock()
@@ -313,11 +314,24 @@ func (g *Gateway) maintain(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	var saved map[Key]string
+	lastForget := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			if now.Sub(lastForget) >= 5*time.Second {
+				lastForget = now
+				hs := map[Key]time.Time{}
+				if peers, err := g.tun.Peers(); err == nil {
+					for k, p := range peers {
+						hs[k] = p.LastHandshake
+					}
+				}
+				for _, b := range g.pool.forget(hs, now.Add(-g.cfg.ForgetAfter.Duration), now) {
+					g.log.Info("forgetting a member silent for forgetAfter", "node", b.node, "publicKey", b.pub.String(), "forgetAfter", g.cfg.ForgetAfter.Duration)
+				}
+			}
 			conns, remove := g.pool.expired(now)
 			for _, c := range conns {
 				c.close()

@@ -29,6 +29,9 @@ type Member struct {
 	retiring []*generation
 	gwState  map[string]*gatewayView // by endpoint
 	rotating bool
+	// regMu orders periodic registrations against a rotation's swap: a registration of the old
+	// key that lands after its deregistration would put it back into rotation.
+	regMu sync.Mutex
 }
 
 // generation is one key with its tunnel: a rotation runs two side by side (make-before-break).
@@ -225,6 +228,8 @@ func (m *Member) registerLoop(ctx context.Context, endpoint string) {
 }
 
 func (m *Member) registerOnce(ctx context.Context, endpoint string) error {
+	m.regMu.Lock()
+	defer m.regMu.Unlock()
 	m.mu.Lock()
 	v, g := m.gwState[endpoint], m.cur
 	m.mu.Unlock()
@@ -320,6 +325,7 @@ func (m *Member) Rotate(ctx context.Context) (old, cur Key, err error) {
 	if err := WriteKey(m.cfg.PrivateKeyFile, priv); err != nil {
 		return fail(err)
 	}
+	m.regMu.Lock()
 	m.mu.Lock()
 	m.cur = next
 	m.retiring = append(m.retiring, prev)
@@ -328,6 +334,7 @@ func (m *Member) Rotate(ctx context.Context) (old, cur Key, err error) {
 	dctx, c := context.WithTimeout(context.Background(), 5*time.Second)
 	m.deregisterAll(dctx, prev.pub)
 	c()
+	m.regMu.Unlock()
 	go func() {
 		prev.drain(context.Background(), time.Now().Add(m.cfg.DrainTimeout.Duration))
 		prev.close()

@@ -39,6 +39,9 @@ type backend struct {
 	// quiesceDeadline: when the node was quiesced; its open connections close at this time.
 	quiesceDeadline time.Time
 
+	// lastSeen: last registration (or the gateway's start, for members from the state file).
+	lastSeen time.Time
+
 	conns  map[*proxied]struct{}
 	served uint64
 	failed uint64
@@ -170,6 +173,22 @@ func (p *pool) expired(now time.Time) (closeConns []*proxied, remove []*backend)
 		}
 	}
 	return closeConns, remove
+}
+
+// forget marks registered members silent since before cutoff (no registration, no handshake)
+// as draining with an immediate deadline, so that expired removes them.
+func (p *pool) forget(handshakes map[Key]time.Time, cutoff, now time.Time) []*backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*backend
+	for _, b := range p.backends {
+		if b.static || b.draining || b.lastSeen.After(cutoff) || handshakes[b.pub].After(cutoff) {
+			continue
+		}
+		b.draining, b.drainDeadline = true, now
+		out = append(out, b)
+	}
+	return out
 }
 
 // MemberStatus is one member as /status reports it.
