@@ -24,7 +24,10 @@ WireGuard tunnel (no kernel module, no TUN, no root needed for the device) to a 
 /readyz passes. TLS is never terminated. Members register with the join token.
 
 Admin endpoints (admin.listen, default 127.0.0.1:7475): GET /status, /metrics, /healthz;
-POST/DELETE /v1/nodes/{node}/quiesce.`,
+POST/DELETE /v1/nodes/{node}/quiesce.
+
+The first SIGTERM or SIGINT stops accepting (clients go to the other gateways) and lets open
+connections finish up to drainTimeout; a second one closes them at once.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
 			cfg, err := LoadGateway(configPath)
@@ -35,8 +38,8 @@ POST/DELETE /v1/nodes/{node}/quiesce.`,
 			if err != nil {
 				return err
 			}
-			ctx, _ := signalContexts(log)
-			return g.Run(ctx)
+			ctx, force := signalContexts(log)
+			return g.Run(ctx, force)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/gateway.yaml", "gateway configuration file (YAML)")

@@ -93,8 +93,9 @@ func (g *Gateway) Address() netip.Addr { return g.tun.Addr }
 // Ready is closed once Run has bound every listener.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
-// Run serves until ctx ends: the proxy, registration, admin, health checks and drains.
-func (g *Gateway) Run(ctx context.Context) error {
+// Run serves until ctx ends: the proxy, registration, admin, health checks and drains. Then it
+// stops accepting and lets open connections finish until drainTimeout or until force ends.
+func (g *Gateway) Run(ctx, force context.Context) error {
 	defer g.tun.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -162,16 +163,32 @@ func (g *Gateway) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); g.maintain(ctx) }()
 	go func() { defer wg.Done(); g.serveProxy(ctx, ln) }()
 	<-ctx.Done()
+	// Graceful: no new connections (clients go to the other gateways); open ones may finish
+	// until drainTimeout or force, then they are closed.
 	ln.Close()
 	for _, s := range servers {
 		sctx, c := context.WithTimeout(context.Background(), time.Second)
 		_ = s.Shutdown(sctx)
 		c()
 	}
-	wg.Wait()
+	deadline := time.Now().Add(g.cfg.DrainTimeout.Duration)
+	for g.openConnections() > 0 && time.Now().Before(deadline) && force.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
 	g.closeAll()
+	wg.Wait()
 	g.saveState()
 	return nil
+}
+
+func (g *Gateway) openConnections() int {
+	g.pool.mu.Lock()
+	defer g.pool.mu.Unlock()
+	n := 0
+	for _, b := range g.pool.backends {
+		n += len(b.conns)
+	}
+	return n
 }
 
 // addMember adds one WireGuard peer and its pool entry (health checks start at once).

@@ -98,7 +98,7 @@ func (l *loopLab) startGateway(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = gw.Run(ctx) }()
+	go func() { defer close(done); _ = gw.Run(ctx, context.Background()) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-gw.Ready():
