@@ -34,6 +34,9 @@ type loopLab struct {
 	gw     *Gateway
 	client *http.Client
 	url    string
+
+	stopGateway context.CancelFunc
+	gatewayDone chan struct{}
 }
 
 func freeTCP(t *testing.T) string {
@@ -98,6 +101,7 @@ func (l *loopLab) startGateway(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	l.stopGateway, l.gatewayDone = cancel, done
 	go func() { defer close(done); _ = gw.Run(ctx, context.Background()) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
@@ -324,4 +328,33 @@ func TestLoopbackMemberShutdownDrainsWithoutFailures(t *testing.T) {
 	served, failures := stop()
 	g.Expect(failures).To(BeEmpty())
 	g.Expect(served["m2"]).To(BeNumerically(">", 0))
+}
+
+func TestLoopbackGatewayStopLetsOpenConnectionsFinish(t *testing.T) {
+	g := NewWithT(t)
+	l := startLoopLab(t)
+	l.startMember(t, "m1", l.startStandin(t, "m1"))
+	g.Eventually(func() bool { return l.healthy("m1") }, 20*time.Second, 50*time.Millisecond).Should(BeTrue())
+	// A kept-alive client holds one connection through the gateway.
+	tr := l.client.Transport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = false
+	kept := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	get := func(c *http.Client) error {
+		resp, err := c.Get(l.url + "/name")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	g.Expect(get(kept)).To(Succeed())
+	l.stopGateway()
+	// New connections are refused at once; the open one keeps serving during the drain.
+	g.Eventually(func() error { return get(l.client) }, 2*time.Second, 20*time.Millisecond).Should(HaveOccurred())
+	g.Expect(get(kept)).To(Succeed())
+	g.Consistently(l.gatewayDone, 300*time.Millisecond).ShouldNot(BeClosed())
+	// Once the client lets go the gateway exits, before drainTimeout (2 s here) would force it.
+	tr.CloseIdleConnections()
+	g.Eventually(l.gatewayDone, time.Second).Should(BeClosed())
 }
