@@ -59,13 +59,15 @@ type Result struct {
 	// Gateway process memory (VmRSS) after the latency runs (API-like traffic), after the bulk
 	// transfers, and its peak (VmHWM): wireguard-go queues packets in 64 KiB buffers, so a bulk
 	// stream that fills its queues costs tens of MiB until the Go runtime returns them.
-	GatewayRSSMiB          float64   `json:"gateway_rss_mib"`
-	GatewayRSSAfterBulkMiB float64   `json:"gateway_rss_after_bulk_mib"`
-	GatewayPeakRSSMiB      float64   `json:"gateway_peak_rss_mib"`
-	Started                time.Time `json:"started"`
-	Cores                  int       `json:"cores"`
-	Workers                int       `json:"workers"`
-	LoadAverage            string    `json:"load_average_at_start"`
+	GatewayRSSMiB          float64 `json:"gateway_rss_mib"`
+	GatewayRSSAfterBulkMiB float64 `json:"gateway_rss_after_bulk_mib"`
+	GatewayPeakRSSMiB      float64 `json:"gateway_peak_rss_mib"`
+	// The largest member process (caplb-agent wireguard) peak, after the same runs.
+	MemberPeakRSSMiB float64   `json:"member_peak_rss_mib"`
+	Started          time.Time `json:"started"`
+	Cores            int       `json:"cores"`
+	Workers          int       `json:"workers"`
+	LoadAverage      string    `json:"load_average_at_start"`
 }
 
 func main() {

@@ -66,9 +66,16 @@ func measurePath(w *wglab.Lab, res *Result) error {
 	if res.GatewayPeakRSSMiB, res.GatewayRSSAfterBulkMiB, err = rss(gw.Proc.Pid()); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "latency p50: direct %.0f us, via gateway %.0f us (+%.0f us; keep-alive +%.0f us); throughput %.1f MiB/s (direct %.1f); gateway RSS %.1f MiB (after bulk %.1f, peak %.1f)\n",
+	for _, m := range w.Members {
+		peak, _, err := rss(m.Agent.Pid())
+		if err != nil {
+			return err
+		}
+		res.MemberPeakRSSMiB = max(res.MemberPeakRSSMiB, peak)
+	}
+	fmt.Fprintf(os.Stderr, "latency p50: direct %.0f us, via gateway %.0f us (+%.0f us; keep-alive +%.0f us); throughput %.1f MiB/s (direct %.1f); gateway RSS %.1f MiB (after bulk %.1f, peak %.1f); member peak RSS %.1f MiB\n",
 		res.DirectLatencyUsP50, res.GatewayLatencyUsP50, res.ProxyAddedLatencyUsP50, res.ProxyAddedLatencyUsP50KeepAlive,
-		res.ThroughputMiBs, res.DirectThroughputMiBs, res.GatewayRSSMiB, res.GatewayRSSAfterBulkMiB, res.GatewayPeakRSSMiB)
+		res.ThroughputMiBs, res.DirectThroughputMiBs, res.GatewayRSSMiB, res.GatewayRSSAfterBulkMiB, res.GatewayPeakRSSMiB, res.MemberPeakRSSMiB)
 	return nil
 }
 
