@@ -39,8 +39,12 @@ type Scenario struct {
 	P50Ms          float64 `json:"p50_ms"`
 	P99Ms          float64 `json:"p99_ms"`
 	FailedRequests int     `json:"failed_requests"`
-	Requests       int     `json:"requests"`
-	Description    string  `json:"description"`
+	// Of those: requests already in flight at the fault (a killed process breaks them; nobody
+	// can save those) and requests started after it.
+	FailedInFlight   int    `json:"failed_in_flight"`
+	FailedAfterFault int    `json:"failed_after_fault"`
+	Requests         int    `json:"requests"`
+	Description      string `json:"description"`
 }
 
 // Result is the JSON document.
@@ -114,7 +118,8 @@ func run(trials int, out string) error {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
 		res.Scenarios[sc.name] = s
-		fmt.Fprintf(os.Stderr, "%-13s p50 %7.1f ms  p99 %7.1f ms  failed %d of %d\n", sc.name, s.P50Ms, s.P99Ms, s.FailedRequests, s.Requests)
+		fmt.Fprintf(os.Stderr, "%-13s p50 %7.1f ms  p99 %7.1f ms  failed %d (in flight %d, after %d) of %d\n", sc.name, s.P50Ms, s.P99Ms,
+			s.FailedRequests, s.FailedInFlight, s.FailedAfterFault, s.Requests)
 	}
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -200,6 +205,8 @@ func runScenario(w *wglab.Lab, sc scenario, trials int) (*Scenario, error) {
 				inFlight++
 			}
 		}
+		s.FailedInFlight += inFlight
+		s.FailedAfterFault += len(wglab.Failures(after))
 		s.FailedRequests += len(wglab.Failures(after)) + inFlight
 		s.Requests += len(after)
 		if err := sc.heal(i); err != nil {
