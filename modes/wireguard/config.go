@@ -60,8 +60,8 @@ type GatewayConfig struct {
 	// DialTimeout for one connection attempt to a member through the tunnel; a failed attempt is
 	// retried on another member. Default 1s.
 	DialTimeout Duration `json:"dialTimeout,omitempty"`
-	// HedgeDelay: a dial still unanswered after this long is raced by a dial to another member
-	// (the first to connect wins). Default 200ms; at most dialTimeout.
+	// HedgeDelay: while a connection's dials are unanswered, every hedgeDelay one more member
+	// joins the race (the first to connect wins). Default 200ms; at most dialTimeout.
 	HedgeDelay Duration `json:"hedgeDelay,omitempty"`
 	// DrainTimeout: a quiesced or deregistered member's open connections are closed after this
 	// long. Default 30s.

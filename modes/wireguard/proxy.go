@@ -46,8 +46,8 @@ func (g *Gateway) serveProxy(ctx context.Context, ln net.Listener) {
 }
 
 // handle dials a member and splices bytes both ways. A failed dial is retried on another member
-// (each member at most once); a dial still unanswered after hedgeDelay is raced by a dial to
-// another member, and the first to connect wins, so a member that died a moment ago (before its
+// (each member at most once); while dials are unanswered, every hedgeDelay another member joins
+// the race, and the first to connect wins, so a member that died a moment ago (before its
 // health check noticed) costs a client hedgeDelay, not dialTimeout. Nothing is read from the
 // client before a member answers, so retries are invisible to it.
 func (g *Gateway) handle(ctx context.Context, client net.Conn) {
@@ -81,12 +81,17 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 	var won *proxied
 	var wonB *backend
 	if start() {
-		hedge := time.NewTimer(g.cfg.HedgeDelay.Duration)
+		hedge := time.NewTicker(g.cfg.HedgeDelay.Duration)
 		defer hedge.Stop()
 		for pending > 0 && won == nil {
 			select {
 			case <-hedge.C:
-				start() // a second member races the slow one
+				// Every hedgeDelay one more member joins the race until all have: after a NAT
+				// flush every member is unreachable until its own next keepalive, and a fresh
+				// SYN to whichever comes back first wins.
+				if !start() {
+					hedge.Stop()
+				}
 			case r := <-results:
 				pending--
 				switch {
