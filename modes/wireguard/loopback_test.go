@@ -59,7 +59,10 @@ func freeUDPPort(t *testing.T) int {
 	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
-func startLoopLab(t *testing.T) *loopLab {
+func startLoopLab(t *testing.T) *loopLab { return startLoopLabPrefix(t, "") }
+
+// startLoopLabPrefix starts the gateway with a tunnel prefix ("" = the default IPv6 one).
+func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := apiserver.NewCA(dir)
@@ -71,7 +74,7 @@ func startLoopLab(t *testing.T) *loopLab {
 		t.Fatal(err)
 	}
 	cfg := &GatewayConfig{Name: "gw-test", Listen: freeTCP(t),
-		WireGuard:    GatewayWireGuard{ListenPort: freeUDPPort(t), PrivateKeyFile: filepath.Join(dir, "gw", "gateway.key")},
+		WireGuard:    GatewayWireGuard{ListenPort: freeUDPPort(t), PrivateKeyFile: filepath.Join(dir, "gw", "gateway.key"), TunnelPrefix: prefix},
 		Registration: GatewayRegistration{Listen: freeTCP(t), TokenFile: filepath.Join(dir, "token")},
 		StateFile:    filepath.Join(dir, "gw", "state.json"),
 		Health:       GatewayHealth{CAFile: ca.File, Interval: Duration{50 * time.Millisecond}, Timeout: Duration{time.Second}},
@@ -144,7 +147,7 @@ func (l *loopLab) startMember(t *testing.T, node, upstream string) *runningMembe
 	cfg := &MemberConfig{NodeName: node, PrivateKeyFile: filepath.Join(l.dir, node, "member.key"),
 		TokenFile: filepath.Join(l.dir, "token"), Upstream: upstream,
 		Gateways:     []MemberGateway{{Endpoint: fmt.Sprintf("127.0.0.1:%d", l.gwCfg.WireGuard.ListenPort), Registration: l.gwCfg.Registration.Listen}},
-		DrainTimeout: Duration{2 * time.Second}, Admin: AdminConfig{Listen: "0"}}
+		DrainTimeout: Duration{2 * time.Second}, Admin: AdminConfig{Listen: "0"}, TunnelPrefix: l.gwCfg.WireGuard.TunnelPrefix}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -357,4 +360,17 @@ func TestLoopbackGatewayStopLetsOpenConnectionsFinish(t *testing.T) {
 	// Once the client lets go the gateway exits, before drainTimeout (2 s here) would force it.
 	tr.CloseIdleConnections()
 	g.Eventually(l.gatewayDone, time.Second).Should(BeClosed())
+}
+
+func TestLoopbackIPv4Tunnel(t *testing.T) {
+	g := NewWithT(t)
+	l := startLoopLabPrefix(t, "10.250.0.0/16")
+	l.startMember(t, "m1", l.startStandin(t, "m1"))
+	g.Eventually(func() bool { return l.healthy("m1") }, 20*time.Second, 50*time.Millisecond).Should(BeTrue())
+	name, err := l.get()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(name).To(Equal("m1"))
+	st := l.gw.Status()
+	g.Expect(st.TunnelAddress).To(HavePrefix("10.250."))
+	g.Expect(st.Members[0].Address).To(HavePrefix("10.250."))
 }
