@@ -40,11 +40,13 @@ type Scenario struct {
 	P99Ms          float64 `json:"p99_ms"`
 	FailedRequests int     `json:"failed_requests"`
 	// Of those: requests already in flight at the fault (a killed process breaks them; nobody
-	// can save those) and requests started after it.
-	FailedInFlight   int    `json:"failed_in_flight"`
-	FailedAfterFault int    `json:"failed_after_fault"`
-	Requests         int    `json:"requests"`
-	Description      string `json:"description"`
+	// can save those) and requests started after it; FailedDuringFault of the latter started
+	// while the fault was being injected (e.g. between SIGKILL and the process's death).
+	FailedInFlight    int    `json:"failed_in_flight"`
+	FailedAfterFault  int    `json:"failed_after_fault"`
+	FailedDuringFault int    `json:"failed_during_fault"`
+	Requests          int    `json:"requests"`
+	Description       string `json:"description"`
 }
 
 // Result is the JSON document.
@@ -194,8 +196,14 @@ func runScenario(w *wglab.Lab, sc scenario, trials int) (*Scenario, error) {
 			ld.Stop()
 			return nil, fmt.Errorf("trial %d fault: %w", i, err)
 		}
+		done := time.Now()
 		time.Sleep(window)
 		rs := ld.Stop()
+		for _, r := range wglab.Failures(wglab.After(rs, t0)) {
+			if r.Start.Before(done) {
+				s.FailedDuringFault++
+			}
+		}
 		after := wglab.After(rs, t0)
 		stalls = append(stalls, float64(wglab.Stall(rs, t0, window).Microseconds())/1000)
 		// Requests in flight at the fault count too: they are the ones a kill can break.
