@@ -45,36 +45,53 @@ func (g *Gateway) serveProxy(ctx context.Context, ln net.Listener) {
 	}
 }
 
-// handle dials a member and splices bytes both ways. A failed dial is retried on another member
-// (each member at most once); while dials are unanswered, every hedgeDelay another member joins
-// the race, and the first to connect wins, so a member that died a moment ago (before its
-// health check noticed) costs a client hedgeDelay, not dialTimeout. Nothing is read from the
-// client before a member answers, so retries are invisible to it.
+// handle dials a member and splices bytes both ways. Dials race: while none has connected,
+// every hedgeDelay one more member joins (a member whose dial failed may be dialled again), and
+// the first to connect wins; a connection gives up after connectBudget. So a member that died a
+// moment ago costs a client about hedgeDelay, not dialTimeout, and after a NAT flush (every member
+// unreachable until its own next keepalive) a fresh SYN to whichever member comes back first
+// wins. A failed dial marks its member unhealthy at once. Nothing is read from the client before
+// a member answers, so the race is invisible to it.
 func (g *Gateway) handle(ctx context.Context, client net.Conn) {
-	tried := map[Key]bool{}
 	type dialed struct {
 		b   *backend
 		c   net.Conn
 		err error
 	}
+	inflight := map[Key]int{} // dials pending per member
+	busy := func(limit int) map[Key]bool {
+		m := map[Key]bool{}
+		for k, n := range inflight {
+			if n >= limit {
+				m[k] = true
+			}
+		}
+		return m
+	}
 	results := make(chan dialed, 8)
-	pending := 0
+	deadline := time.Now().Add(connectBudget * g.cfg.DialTimeout.Duration)
+	attempts := 0
 	start := func() bool {
-		b := g.pool.pick(tried)
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		// A member with no pending dial first; else a second, fresh SYN to one whose first
+		// is still unanswered (a SYN lost before a NAT mapping came back is retried only at
+		// the stack's 1 s retransmission).
+		b := g.pool.pick(busy(1))
+		if b == nil {
+			b = g.pool.pick(busy(maxDialsPerMember))
+		}
 		if b == nil {
 			return false
 		}
-		tried[b.pub] = true
-		pending++
+		inflight[b.pub]++
+		attempts++
 		go func() {
 			dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout.Duration)
 			defer cancel()
 			c, err := g.tun.Net.DialContextTCPAddrPort(dctx, netip.AddrPortFrom(b.addr, uint16(g.cfg.MemberPort)))
-			if err != nil {
-				results <- dialed{b: b, err: err}
-				return
-			}
-			results <- dialed{b: b, c: c}
+			results <- dialed{b: b, c: c, err: err}
 		}()
 		return true
 	}
@@ -83,41 +100,36 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 	if start() {
 		hedge := time.NewTicker(g.cfg.HedgeDelay.Duration)
 		defer hedge.Stop()
-		for pending > 0 && won == nil {
+		for len(inflight) > 0 && won == nil {
 			select {
 			case <-hedge.C:
-				// Every hedgeDelay one more member joins the race until all have: after a NAT
-				// flush every member is unreachable until its own next keepalive, and a fresh
-				// SYN to whichever comes back first wins.
-				if !start() {
-					hedge.Stop()
-				}
+				start()
 			case r := <-results:
-				pending--
-				switch {
-				case r.err != nil:
+				if inflight[r.b.pub]--; inflight[r.b.pub] == 0 {
+					delete(inflight, r.b.pub)
+				}
+				if r.err != nil {
 					g.pool.dialFailed(r.b, r.err)
-					g.log.Info("dial to member failed; trying another", "node", r.b.node, "publicKey", r.b.pub.String(), "error", r.err.Error())
-					if pending == 0 {
-						start()
-					}
-				default:
-					p := &proxied{client: client, upstream: r.c}
-					if g.pool.attach(r.b, p) {
-						won, wonB = p, r.b
-						break
-					}
+					g.log.Info("dial to member failed; racing others", "node", r.b.node, "publicKey", r.b.pub.String(), "error", r.err.Error())
+				} else if p := (&proxied{client: client, upstream: r.c}); g.pool.attach(r.b, p) {
+					won, wonB = p, r.b
+					continue
+				} else {
 					_ = r.c.Close() // quiesced while we dialled
-					if pending == 0 {
-						start()
-					}
+				}
+				if len(inflight) == 0 {
+					start()
 				}
 			}
 		}
 	}
-	// Losers of the race that connect later are closed; their failures still count.
-	if pending > 0 {
-		go func(n int) {
+	// Losers of the race are closed when they connect; their failures still count.
+	n := 0
+	for _, k := range inflight {
+		n += k
+	}
+	if n > 0 {
+		go func() {
 			for range n {
 				r := <-results
 				if r.err != nil {
@@ -126,16 +138,23 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 					_ = r.c.Close()
 				}
 			}
-		}(pending)
+		}()
 	}
 	if won == nil {
-		g.log.V(1).Info("no member for connection", "client", client.RemoteAddr().String(), "tried", len(tried))
+		g.log.V(1).Info("no member answered; closing the client connection", "client", client.RemoteAddr().String(), "attempts", attempts)
 		_ = client.Close()
 		return
 	}
 	splice(won)
 	g.pool.detach(wonB, won)
 }
+
+// connectBudget bounds one client connection's dial race, in dialTimeouts; a member has at most
+// maxDialsPerMember dials pending for one client connection.
+const (
+	connectBudget     = 3
+	maxDialsPerMember = 2
+)
 
 // halfCloser is a connection whose write side can be shut alone (TCP FIN), as TLS close_notify
 // and HTTP/1.0 style clients expect.
