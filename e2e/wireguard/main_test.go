@@ -54,6 +54,7 @@ func startLab(t *testing.T, o wglab.Options) *wglab.Lab {
 
 func needConntrack(t *testing.T) {
 	t.Helper()
+	lab.SkipUnlessRoot(t)
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		if _, err := os.Stat("/usr/sbin/conntrack"); err != nil {
 			lab.SkipOrFailInCI(t, "needs conntrack to flush the NAT's mappings: run `make conntrack`")
