@@ -214,3 +214,43 @@ func TestKeyRotationUnderLoadLosesNothing(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o600)))
 }
+
+func TestGatewayLinkCutClientFailsOverAndTunnelsResume(t *testing.T) {
+	g := NewWithT(t)
+	w := startLab(t, wglab.Options{})
+	ld := w.NewClient(clientDial, clientTimeout).StartLoad(workers, pause)
+	time.Sleep(500 * time.Millisecond)
+	gw1 := w.Gateways[0]
+	fault := time.Now()
+	g.Expect(gw1.NS.CutLink("eth0")).To(Succeed())
+	cut := time.Now() // the link is down from here on
+	// New requests wait out the connect timeout to gw1 (500 ms) and go to gw2. (The load's
+	// clients may all be stuck in requests that reached gw1 before the cut: a fresh client asks.)
+	fresh := w.NewClient(clientDial, clientTimeout)
+	seenAfter := map[string]bool{}
+	for range 6 {
+		start := time.Now()
+		name, err := fresh.Name(context.Background())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(time.Since(start)).To(BeNumerically("<", 3*clientDial), "one connect timeout, then gw2")
+		seenAfter[name] = true
+	}
+	rs := ld.Stop() // requests stuck on gw1 at the cut end at the client's timeout
+	// Only requests that reached gw1 before the link went down fail: one per client at most.
+	g.Expect(len(wglab.Failures(rs))).To(BeNumerically("<=", workers))
+	g.Expect(wglab.Failures(wglab.After(rs, cut))).To(BeEmpty())
+	t.Logf("gateway link cut (%v after the fault started): members after it %v, load's worst stall %v", cut.Sub(fault),
+		seenAfter, wglab.Stall(rs, cut, time.Second))
+
+	// Cable back: the members' tunnels to gw1 resume (keepalives) and it serves every member again.
+	g.Expect(gw1.NS.RestoreLink("eth0")).To(Succeed())
+	g.Expect(w.WaitHealthy(10*time.Second, "m1", "m2", "m3")).To(Succeed())
+	only1 := w.NewClient(clientDial, clientTimeout, gw1)
+	seen := map[string]bool{}
+	g.Eventually(func() int {
+		if n, err := only1.Name(context.Background()); err == nil {
+			seen[n] = true
+		}
+		return len(seen)
+	}, 5*time.Second, 10*time.Millisecond).Should(Equal(3))
+}
