@@ -2,7 +2,8 @@
 // manager's controller-runtime and Cluster API, so that a node pays only for what it runs (peak
 // RSS ~29 MiB against ~50 MiB for the full binary, docs/benchmarks.md). It takes the agent's flags
 // directly (`caplb-agent --config FILE`) and also as `caplb-agent agent --config FILE`, so it is a
-// drop-in for `caplb agent` in manifests and scripts.
+// drop-in for `caplb agent` in manifests and scripts. `caplb-agent wireguard` is the WireGuard
+// member and `caplb-agent gateway` the gateway (docs/backends/wireguard.md).
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	"github.com/caplb/caplb/cmd/internal/version"
 	"github.com/caplb/caplb/modes/agent"
+	"github.com/caplb/caplb/modes/wireguard"
 )
 
 func main() {
@@ -28,6 +30,6 @@ func newRootCommand() *cobra.Command {
 	root.SilenceUsage, root.SilenceErrors = true, true
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("caplb-agent {{.Version}}\n")
-	root.AddCommand(agent.NewCommand())
+	root.AddCommand(agent.NewCommand(), wireguard.NewMemberCommand(), wireguard.NewGatewayCommand())
 	return root
 }

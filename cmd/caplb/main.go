@@ -1,5 +1,6 @@
 // Command caplb is the control-plane load balancer provider for Cluster API: the management-side
-// manager (controllers) and the node-side agent (ARP/BGP data plane) in one binary.
+// manager (controllers), the node-side agent (ARP/BGP data plane) and the WireGuard gateway and
+// member (docs/backends/wireguard.md) in one binary.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/caplb/caplb/cmd/internal/version"
+	"github.com/caplb/caplb/modes/wireguard"
 )
 
 func main() {
@@ -27,6 +29,7 @@ func newRootCommand() *cobra.Command {
 		Version:       version.Get().String(),
 	}
 	root.SetVersionTemplate("caplb {{.Version}}\n")
-	root.AddCommand(newManagerCommand(), newAgentCommand(), newCleanupCommand())
+	root.AddCommand(newManagerCommand(), newAgentCommand(), newCleanupCommand(),
+		wireguard.NewGatewayCommand(), wireguard.NewMemberCommand())
 	return root
 }

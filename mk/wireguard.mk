@@ -1,0 +1,20 @@
+# WireGuard tunnel backend (issue 11): the lab's tools and the benchmark.
+# The e2e/wireguard lab tests run in `make test` (root); they need nft (mk/arp.mk's nftables
+# target) for the NAT router and conntrack to flush its mappings.
+
+.PHONY: conntrack bench-wireguard
+
+# Idempotent and cheap once installed; installing needs root (without root the lab tests skip).
+conntrack: ## Install conntrack (Debian package conntrack) for the WireGuard NAT lab if it is missing.
+	@if command -v conntrack >/dev/null 2>&1 || [ -x /usr/sbin/conntrack ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "conntrack: not root, not installing (WireGuard NAT test will skip)"; exit 0; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y --no-install-recommends conntrack || { apt-get update && apt-get install -y --no-install-recommends conntrack; }
+
+TEST_DEPS += conntrack
+
+BENCH_WIREGUARD_TRIALS ?= 20
+bench-wireguard: nftables conntrack ## WireGuard benchmark (root): failover/quiesce/rotation per scenario, added latency, throughput, gateway RSS -> $BENCH_OUT (default _out/bench-wireguard.json)
+	@mkdir -p $(OUT)
+	BENCH_OUT=$(abspath $(or $(BENCH_OUT),$(OUT)/bench-wireguard.json)) \
+	  $(GO) run ./e2e/bench/wireguard -trials $(BENCH_WIREGUARD_TRIALS)

@@ -1,0 +1,106 @@
+package wireguard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+)
+
+// NewGatewayCommand is `caplb gateway` (docs/backends/wireguard.md).
+func NewGatewayCommand() *cobra.Command {
+	var configPath string
+	var verbosity int
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run a WireGuard gateway: the public API endpoint, passed through to healthy members",
+		Long: `Publishes the API endpoint (listen) and passes each TCP connection through a userspace
+WireGuard tunnel (no kernel module, no TUN, no root needed for the device) to a member whose
+/readyz passes. TLS is never terminated. Members register with the join token.
+
+Admin endpoints (admin.listen, default 127.0.0.1:7475): GET /status, /metrics, /healthz;
+POST/DELETE /v1/nodes/{node}/quiesce.
+
+The first SIGTERM or SIGINT stops accepting (clients go to the other gateways) and lets open
+connections finish up to drainTimeout; a second one closes them at once.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger(verbosity)
+			cfg, err := LoadGateway(configPath)
+			if err != nil {
+				return err
+			}
+			g, err := NewGateway(cfg, log)
+			if err != nil {
+				return err
+			}
+			ctx, force := signalContexts(log)
+			return g.Run(ctx, force)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/gateway.yaml", "gateway configuration file (YAML)")
+	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0: changes and problems, 1: per-connection detail, 3: WireGuard debug)")
+	return cmd
+}
+
+// NewMemberCommand is `caplb-agent wireguard` on a control-plane node.
+func NewMemberCommand() *cobra.Command {
+	var configPath string
+	var verbosity int
+	cmd := &cobra.Command{
+		Use:   "wireguard",
+		Short: "Run the WireGuard member: dial out to every gateway and forward tunnel connections to the local API server",
+		Long: `Generates this node's WireGuard key on first start (privateKeyFile, mode 0600; it never
+leaves the node), registers it with every gateway using the cluster's join token, keeps each
+tunnel alive through NAT, and forwards tunnel connections to the local API server. Needs no
+kubeconfig: it can run before kubeadm init.
+
+The first SIGTERM or SIGINT deregisters (the gateways send no new connections) and waits for open
+connections up to drainTimeout; a second one exits at once.
+
+Admin endpoints (admin.listen, default 127.0.0.1:7476): GET /status, /healthz; POST /rotate
+(make-before-break key rotation).`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger(verbosity)
+			cfg, err := LoadMember(configPath)
+			if err != nil {
+				return err
+			}
+			m, err := NewMember(cfg, log)
+			if err != nil {
+				return err
+			}
+			ctx, force := signalContexts(log)
+			return m.Run(ctx, force)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/wireguard.yaml", "member configuration file (YAML)")
+	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0: changes and problems, 1: detail, 3: WireGuard debug)")
+	return cmd
+}
+
+func newLogger(v int) logr.Logger {
+	return funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) },
+		funcr.Options{LogTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000000Z07:00", Verbosity: v})
+}
+
+// signalContexts: the first SIGTERM/SIGINT ends ctx (graceful), the second ends force.
+func signalContexts(log logr.Logger) (ctx, force context.Context) {
+	ctx, stop := context.WithCancel(context.Background())
+	force, stopForce := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-ch
+		log.Info("signal received: shutting down gracefully", "signal", s.String())
+		stop()
+		s = <-ch
+		log.Info("second signal: exiting now", "signal", s.String())
+		stopForce()
+	}()
+	return ctx, force
+}

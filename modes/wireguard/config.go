@@ -1,0 +1,495 @@
+package wireguard
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultTunnelPrefix is the tunnel network when none is configured: a ULA /64 ("caplb-wg"),
+// the same on gateways and members so that both derive the same addresses from a public key.
+const DefaultTunnelPrefix = "fd63:6c62:7767::/64"
+
+// Duration is a time.Duration written as "200ms" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON accepts a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"200ms\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"200ms\": %w", err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// GatewayConfig is `caplb gateway --config` (YAML, strict). Zero values take the defaults
+// documented on each field and in config/wireguard/gateway.yaml.
+type GatewayConfig struct {
+	// Name of this gateway (logs, status). Default: the hostname.
+	Name string `json:"name,omitempty"`
+	// Listen is the published API endpoint, a TCP host:port passed through to the members.
+	// Default ":6443".
+	Listen string `json:"listen,omitempty"`
+	// WireGuard is the gateway's tunnel end.
+	WireGuard GatewayWireGuard `json:"wireguard,omitempty"`
+	// Registration is where members register their public keys with the join token.
+	Registration GatewayRegistration `json:"registration,omitempty"`
+	// StateFile keeps the registered members (keys, tunnel addresses, last endpoints) so that a
+	// restarted gateway serves at once from its last good state. Default
+	// /var/lib/caplb/wireguard/gateway-state.json.
+	StateFile string `json:"stateFile,omitempty"`
+	// MemberPort is the port members serve the API on inside the tunnel. Default 6443.
+	MemberPort int `json:"memberPort,omitempty"`
+	// Health decides which members get traffic.
+	Health GatewayHealth `json:"health,omitempty"`
+	// DialTimeout for one connection attempt to a member through the tunnel; a failed attempt is
+	// retried on another member. Default 1s.
+	DialTimeout Duration `json:"dialTimeout,omitempty"`
+	// HedgeDelay: while a connection's dials are unanswered, every hedgeDelay one more member
+	// joins the race (the first to connect wins). Default 200ms; at most dialTimeout.
+	HedgeDelay Duration `json:"hedgeDelay,omitempty"`
+	// DrainTimeout: a quiesced or deregistered member's open connections are closed after this
+	// long. Default 30s.
+	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// ForgetAfter: a registered member neither re-registering (members do every 10s) nor
+	// handshaking for this long is removed (a node deleted without deregistering). Default 10m.
+	ForgetAfter Duration `json:"forgetAfter,omitempty"`
+	// Peers are members known in advance (pre-shared keys instead of registration).
+	Peers []StaticPeer `json:"peers,omitempty"`
+	// Admin is the local HTTP listener (/status, /metrics, /healthz, quiesce). No
+	// authentication: keep it on loopback. Default 127.0.0.1:7475; "0" disables it.
+	Admin AdminConfig `json:"admin,omitempty"`
+}
+
+// GatewayWireGuard configures the gateway's userspace WireGuard device.
+type GatewayWireGuard struct {
+	// ListenPort (UDP) members dial. Default 51820.
+	ListenPort int `json:"listenPort,omitempty"`
+	// PrivateKeyFile holds the gateway's key (base64); created with mode 0600 when missing.
+	// Default /var/lib/caplb/wireguard/gateway.key.
+	PrivateKeyFile string `json:"privateKeyFile,omitempty"`
+	// TunnelPrefix is the tunnel network; every address in it is derived from a public key.
+	// IPv6 (default fd63:6c62:7767::/64) or IPv4 (at least a /24). Same on every gateway and
+	// member of a cluster.
+	TunnelPrefix string `json:"tunnelPrefix,omitempty"`
+	// MTU of the tunnel. Default 1420.
+	MTU int `json:"mtu,omitempty"`
+}
+
+// GatewayRegistration is the members' registration endpoint (HTTP, HMAC-authenticated with the
+// join token in both directions; see docs/backends/wireguard.md).
+type GatewayRegistration struct {
+	// Listen (TCP). Default ":51821"; "0" disables registration (static peers only).
+	Listen string `json:"listen,omitempty"`
+	// TokenFile holds the cluster's join token; it must not be readable by group or others.
+	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// GatewayHealth is each member's /readyz, fetched through the tunnel.
+type GatewayHealth struct {
+	// Path default /readyz.
+	Path string `json:"path,omitempty"`
+	// ServerName the certificate is verified against. Default "kubernetes" (kubeadm, k3s and
+	// RKE2 certificates carry it; none carries the tunnel address).
+	ServerName string `json:"serverName,omitempty"`
+	// CAFile is the cluster CA. Required unless InsecureSkipVerify.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify must be said explicitly when no CAFile is given.
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// Interval between checks (default 250ms) and Timeout of one (default 1s).
+	Interval Duration `json:"interval,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+	// Rise consecutive successes make a member healthy (default 2); Fall consecutive failures
+	// make it unhealthy (default 3). A failed dial of a client connection counts as a fall at once.
+	Rise int `json:"rise,omitempty"`
+	Fall int `json:"fall,omitempty"`
+}
+
+// StaticPeer is a member configured in advance.
+type StaticPeer struct {
+	Name      string `json:"name"`
+	PublicKey string `json:"publicKey"`
+}
+
+// AdminConfig is a local HTTP listener.
+type AdminConfig struct {
+	Listen string `json:"listen,omitempty"`
+}
+
+// MemberConfig is `caplb-agent wireguard --config` on a control-plane node (YAML, strict).
+type MemberConfig struct {
+	// NodeName identifies this member at the gateways. Default: the hostname.
+	NodeName string `json:"nodeName,omitempty"`
+	// PrivateKeyFile holds this node's key; generated on the node with mode 0600 when missing,
+	// never sent anywhere. Default /var/lib/caplb/wireguard/member.key.
+	PrivateKeyFile string `json:"privateKeyFile,omitempty"`
+	// TokenFile holds the cluster's join token (mode 0600). Required unless every gateway has a
+	// publicKey (pre-shared).
+	TokenFile string `json:"tokenFile,omitempty"`
+	// TunnelPrefix must equal the gateways'. Default fd63:6c62:7767::/64.
+	TunnelPrefix string `json:"tunnelPrefix,omitempty"`
+	// Gateways: this member dials out to every one of them.
+	Gateways []MemberGateway `json:"gateways"`
+	// PersistentKeepalive towards each gateway: it keeps NAT mappings alive and re-creates a
+	// flushed one within this interval. Default 1s.
+	PersistentKeepalive Duration `json:"persistentKeepalive,omitempty"`
+	// TunnelPort the member serves on inside the tunnel. Default 6443.
+	TunnelPort int `json:"tunnelPort,omitempty"`
+	// Upstream is the local API server tunnel connections are forwarded to. Default
+	// 127.0.0.1:6443.
+	Upstream string `json:"upstream,omitempty"`
+	// RegisterInterval: the member registers again this often, so that a gateway that lost its
+	// state learns it back. Default 10s.
+	RegisterInterval Duration `json:"registerInterval,omitempty"`
+	// DrainTimeout: on key rotation or shutdown, how long the old tunnel stays up for the
+	// connections the gateways are draining. Default 30s (the gateways' drainTimeout).
+	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// MTU of the tunnel. Default 1420.
+	MTU int `json:"mtu,omitempty"`
+	// Admin: local HTTP (/status, POST /rotate). Default 127.0.0.1:7476; "0" disables it.
+	Admin AdminConfig `json:"admin,omitempty"`
+}
+
+// MemberGateway is one gateway as a member sees it.
+type MemberGateway struct {
+	// Endpoint is the gateway's WireGuard UDP host:port (public address).
+	Endpoint string `json:"endpoint"`
+	// Registration is the gateway's registration host:port. Default: the endpoint's host, port
+	// 51821.
+	Registration string `json:"registration,omitempty"`
+	// PublicKey pins the gateway's key (base64). With it and no registration the gateway must
+	// list this member among its peers; with registration it must match what the gateway says.
+	PublicKey string `json:"publicKey,omitempty"`
+}
+
+// LoadGateway reads, parses, defaults and validates a gateway config file.
+func LoadGateway(path string) (*GatewayConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := ParseGateway(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseGateway decodes strictly (unknown fields are errors), defaults and validates.
+func ParseGateway(data []byte) (*GatewayConfig, error) {
+	var c GatewayConfig
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// LoadMember reads, parses, defaults and validates a member config file.
+func LoadMember(path string) (*MemberConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := ParseMember(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseMember decodes strictly, defaults and validates.
+func ParseMember(data []byte) (*MemberConfig, error) {
+	var c MemberConfig
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Default fills in zero values.
+func (c *GatewayConfig) Default() {
+	if c.Name == "" {
+		c.Name, _ = os.Hostname()
+	}
+	defStr(&c.Listen, ":6443")
+	w := &c.WireGuard
+	defInt(&w.ListenPort, 51820)
+	defStr(&w.PrivateKeyFile, "/var/lib/caplb/wireguard/gateway.key")
+	defStr(&w.TunnelPrefix, DefaultTunnelPrefix)
+	defInt(&w.MTU, 1420)
+	defStr(&c.Registration.Listen, ":51821")
+	defStr(&c.StateFile, "/var/lib/caplb/wireguard/gateway-state.json")
+	defInt(&c.MemberPort, 6443)
+	h := &c.Health
+	defStr(&h.Path, "/readyz")
+	defStr(&h.ServerName, "kubernetes")
+	def(&h.Interval, 250*time.Millisecond)
+	def(&h.Timeout, time.Second)
+	defInt(&h.Rise, 2)
+	defInt(&h.Fall, 3)
+	def(&c.DialTimeout, time.Second)
+	def(&c.HedgeDelay, 200*time.Millisecond)
+	def(&c.DrainTimeout, 30*time.Second)
+	def(&c.ForgetAfter, 10*time.Minute)
+	defStr(&c.Admin.Listen, "127.0.0.1:7475")
+}
+
+// Default fills in zero values.
+func (c *MemberConfig) Default() {
+	if c.NodeName == "" {
+		c.NodeName, _ = os.Hostname()
+	}
+	defStr(&c.PrivateKeyFile, "/var/lib/caplb/wireguard/member.key")
+	defStr(&c.TunnelPrefix, DefaultTunnelPrefix)
+	def(&c.PersistentKeepalive, time.Second)
+	defInt(&c.TunnelPort, 6443)
+	defStr(&c.Upstream, "127.0.0.1:6443")
+	def(&c.RegisterInterval, 10*time.Second)
+	def(&c.DrainTimeout, 30*time.Second)
+	defInt(&c.MTU, 1420)
+	defStr(&c.Admin.Listen, "127.0.0.1:7476")
+	for i := range c.Gateways {
+		g := &c.Gateways[i]
+		if g.Registration == "" && g.Endpoint != "" {
+			if host, _, err := net.SplitHostPort(g.Endpoint); err == nil {
+				g.Registration = net.JoinHostPort(host, "51821")
+			}
+		}
+	}
+}
+
+// errs collects field errors; each names its field and the fix.
+type errs []error
+
+func (e *errs) bad(field, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
+}
+
+// Validate checks the configuration without I/O.
+func (c *GatewayConfig) Validate() error {
+	var e errs
+	if c.Name == "" {
+		e.bad("name", "is empty and the hostname is unknown; set name")
+	}
+	hostPort(&e, "listen", c.Listen, false)
+	w := c.WireGuard
+	port(&e, "wireguard.listenPort", w.ListenPort)
+	if w.PrivateKeyFile == "" {
+		e.bad("wireguard.privateKeyFile", "is empty; give a path (created with mode 0600 when missing)")
+	}
+	if _, err := ParseTunnelPrefix(w.TunnelPrefix); err != nil {
+		e.bad("wireguard.tunnelPrefix", "%v", err)
+	}
+	mtu(&e, "wireguard.mtu", w.MTU)
+	if c.Registration.Listen != "0" {
+		hostPort(&e, "registration.listen", c.Registration.Listen, false)
+		if c.Registration.TokenFile == "" {
+			e.bad("registration.tokenFile", "is empty; give the cluster's join token file (mode 0600), or set registration.listen: \"0\" and list peers")
+		}
+	} else if len(c.Peers) == 0 {
+		e.bad("peers", "is empty while registration is disabled; no member could ever join")
+	}
+	if c.StateFile == "" {
+		e.bad("stateFile", "is empty; give a path the gateway may write")
+	}
+	port(&e, "memberPort", c.MemberPort)
+	h := c.Health
+	if len(h.Path) == 0 || h.Path[0] != '/' {
+		e.bad("health.path", "%q must start with /", h.Path)
+	}
+	if h.ServerName == "" {
+		e.bad("health.serverName", "is empty; use a name the API server certificate carries, e.g. kubernetes")
+	}
+	if h.CAFile == "" && !h.InsecureSkipVerify {
+		e.bad("health.caFile", "is empty; give the cluster CA (e.g. /etc/kubernetes/pki/ca.crt) or set health.insecureSkipVerify: true")
+	}
+	if h.CAFile != "" && h.InsecureSkipVerify {
+		e.bad("health.insecureSkipVerify", "is set together with health.caFile; choose one")
+	}
+	positive(&e, "health.interval", h.Interval)
+	positive(&e, "health.timeout", h.Timeout)
+	atLeast1(&e, "health.rise", h.Rise)
+	atLeast1(&e, "health.fall", h.Fall)
+	positive(&e, "dialTimeout", c.DialTimeout)
+	positive(&e, "hedgeDelay", c.HedgeDelay)
+	if c.HedgeDelay.Duration > c.DialTimeout.Duration {
+		e.bad("hedgeDelay", "%v is longer than dialTimeout (%v); a hedge must start before the dial gives up", c.HedgeDelay.Duration, c.DialTimeout.Duration)
+	}
+	positive(&e, "drainTimeout", c.DrainTimeout)
+	if c.ForgetAfter.Duration < time.Minute {
+		e.bad("forgetAfter", "%v is shorter than 1m; a member that misses a few registrations would be dropped", c.ForgetAfter.Duration)
+	}
+	names, keys := map[string]bool{}, map[string]bool{}
+	for i, p := range c.Peers {
+		f := fmt.Sprintf("peers[%d]", i)
+		if p.Name == "" {
+			e.bad(f+".name", "is empty; use the member's node name")
+		} else if names[p.Name] {
+			e.bad(f+".name", "%q is listed twice", p.Name)
+		}
+		names[p.Name] = true
+		if _, err := ParseKey(p.PublicKey); err != nil {
+			e.bad(f+".publicKey", "%v", err)
+		} else if keys[p.PublicKey] {
+			e.bad(f+".publicKey", "is listed twice")
+		}
+		keys[p.PublicKey] = true
+	}
+	if c.Admin.Listen != "0" {
+		hostPort(&e, "admin.listen", c.Admin.Listen, true)
+	}
+	return errors.Join(e...)
+}
+
+// Validate checks the configuration without I/O.
+func (c *MemberConfig) Validate() error {
+	var e errs
+	if c.NodeName == "" {
+		e.bad("nodeName", "is empty and the hostname is unknown; set nodeName")
+	}
+	if c.PrivateKeyFile == "" {
+		e.bad("privateKeyFile", "is empty; give a path on the node (created with mode 0600 when missing)")
+	}
+	if _, err := ParseTunnelPrefix(c.TunnelPrefix); err != nil {
+		e.bad("tunnelPrefix", "%v", err)
+	}
+	if len(c.Gateways) == 0 {
+		e.bad("gateways", "is empty; list every gateway's endpoint (host:port of its WireGuard UDP port)")
+	}
+	needToken := false
+	seen := map[string]bool{}
+	for i, g := range c.Gateways {
+		f := fmt.Sprintf("gateways[%d]", i)
+		hostPort(&e, f+".endpoint", g.Endpoint, true)
+		if seen[g.Endpoint] {
+			e.bad(f+".endpoint", "%q is listed twice", g.Endpoint)
+		}
+		seen[g.Endpoint] = true
+		if g.PublicKey != "" {
+			if _, err := ParseKey(g.PublicKey); err != nil {
+				e.bad(f+".publicKey", "%v", err)
+			}
+		}
+		if g.Registration != "0" {
+			needToken = true
+			hostPort(&e, f+".registration", g.Registration, true)
+		} else if g.PublicKey == "" {
+			e.bad(f+".publicKey", "is empty while registration is \"0\"; pin the gateway's key or let the member register")
+		}
+	}
+	if needToken && c.TokenFile == "" {
+		e.bad("tokenFile", "is empty; give the cluster's join token file (mode 0600), or pin every gateway's publicKey with registration: \"0\"")
+	}
+	positive(&e, "persistentKeepalive", c.PersistentKeepalive)
+	if c.PersistentKeepalive.Duration%time.Second != 0 || c.PersistentKeepalive.Duration > 65535*time.Second {
+		e.bad("persistentKeepalive", "%v: WireGuard counts whole seconds (1s-65535s)", c.PersistentKeepalive.Duration)
+	}
+	port(&e, "tunnelPort", c.TunnelPort)
+	hostPort(&e, "upstream", c.Upstream, true)
+	positive(&e, "registerInterval", c.RegisterInterval)
+	positive(&e, "drainTimeout", c.DrainTimeout)
+	mtu(&e, "mtu", c.MTU)
+	if c.Admin.Listen != "0" {
+		hostPort(&e, "admin.listen", c.Admin.Listen, true)
+	}
+	return errors.Join(e...)
+}
+
+func hostPort(e *errs, field, v string, needHost bool) {
+	host, p, err := net.SplitHostPort(v)
+	if err != nil {
+		e.bad(field, "%q is not host:port", v)
+		return
+	}
+	if needHost && host == "" {
+		e.bad(field, "%q has no host", v)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		e.bad(field, "%q: port must be 1-65535", v)
+	}
+}
+
+func port(e *errs, field string, v int) {
+	if v < 1 || v > 65535 {
+		e.bad(field, "%d is out of range; use 1-65535", v)
+	}
+}
+
+func mtu(e *errs, field string, v int) {
+	if v < 1280 || v > 9000 {
+		e.bad(field, "%d is out of range; use 1280-9000 (IPv6 needs at least 1280)", v)
+	}
+}
+
+func positive(e *errs, field string, d Duration) {
+	if d.Duration <= 0 {
+		e.bad(field, "%v must be positive", d.Duration)
+	}
+}
+
+func atLeast1(e *errs, field string, v int) {
+	if v < 1 {
+		e.bad(field, "%d must be at least 1", v)
+	}
+}
+
+func def(d *Duration, v time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = v
+	}
+}
+
+func defInt(i *int, v int) {
+	if *i == 0 {
+		*i = v
+	}
+}
+
+func defStr(s *string, v string) {
+	if *s == "" {
+		*s = v
+	}
+}
+
+// ParseTunnelPrefix accepts an IPv6 prefix of /48 to /112 or an IPv4 prefix of /8 to /24: room
+// enough that addresses hashed from keys rarely collide (a collision is refused at registration).
+func ParseTunnelPrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("%q is not a prefix such as %s", s, DefaultTunnelPrefix)
+	}
+	if p != p.Masked() {
+		return p, fmt.Errorf("%q has host bits set; use %s", s, p.Masked())
+	}
+	switch {
+	case p.Addr().Is4() && (p.Bits() < 8 || p.Bits() > 24):
+		return p, fmt.Errorf("%q: an IPv4 tunnel prefix must be /8 to /24", s)
+	case p.Addr().Is6() && (p.Bits() < 48 || p.Bits() > 112):
+		return p, fmt.Errorf("%q: an IPv6 tunnel prefix must be /48 to /112", s)
+	}
+	return p, nil
+}
