@@ -19,6 +19,8 @@ members:
 - {name: cp-3, address: 192.0.2.13}
 health:
   caFile: /etc/kubernetes/pki/ca.crt
+election:
+  secretKeyFile: /etc/caplb/gossip.key
 `
 
 func TestParseDefaults(t *testing.T) {
@@ -54,10 +56,18 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"https without CA", strings.Replace(validYAML, "  caFile: /etc/kubernetes/pki/ca.crt", "  interval: 1s", 1),
 			[]string{"health.caFile: is empty", "insecureSkipVerify: true"}},
 		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`want a duration such as "200ms"`}},
-		{"probe timeout too long", validYAML + "election: {probeTimeout: 200ms}\n",
+		{"probe timeout too long", validYAML + "  probeTimeout: 200ms\n",
 			[]string{"election.probeTimeout: 200ms must be shorter than election.probeInterval (100ms)"}},
-		{"contact timeout too short", validYAML + "election: {contactTimeout: 150ms}\n",
+		{"contact timeout too short", validYAML + "  contactTimeout: 150ms\n",
 			[]string{"election.contactTimeout: 150ms is shorter than 2 x election.probeInterval (200ms)"}},
+		{"contact timeout below three ping tries", validYAML + "  probeTimeout: 90ms\n  contactTimeout: 300ms\n",
+			[]string{"election.contactTimeout: 300ms is shorter than election.probeInterval + 3 x election.probeTimeout (370ms)"}},
+		{"arp gossip needs a key", strings.Replace(validYAML, "  secretKeyFile: /etc/caplb/gossip.key\n", "  port: 7946\n", 1),
+			[]string{"election.secretKeyFile: is empty", "election.insecure: true"}},
+		{"insecure and a key", validYAML + "  insecure: true\n", []string{"election.insecure: is set together with a key file"}},
+		{"secondary key without a primary", strings.Replace(validYAML, "  secretKeyFile: /etc/caplb/gossip.key\n", "  secondaryKeyFiles: [/k]\n  insecure: true\n", 1),
+			[]string{"election.secondaryKeyFiles: needs election.secretKeyFile"}},
+		{"relative control socket", validYAML + "admin: {controlSocket: agent.sock}\n", []string{`admin.controlSocket: "agent.sock" is not an absolute path`}},
 		{"bgp needs its section", validYAML + "mode: bgp\n", []string{"bgp: is required in bgp mode"}},
 		{"bgp ipv6 vip without an ipv6 peer", validYAML + "mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
 			[]string{"vips: bgp.peers: VIP 2001:db8::10 needs an IPv6 peer"}},

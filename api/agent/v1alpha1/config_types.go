@@ -130,6 +130,11 @@ type ElectionConfig struct {
 	// LoadBalancers on one segment apart (the manager sets it to the
 	// LoadBalancer's namespace/name). Optional, at most 255 bytes.
 	Label string `json:"label,omitempty"`
+	// FailOpen keeps the VIP on the current owner while no member is
+	// eligible (every API server failing at once is etcd losing quorum; the
+	// VIP stays so that recovery tools reach an endpoint). A minority
+	// partition releases regardless. Default true.
+	FailOpen *bool `json:"failOpen,omitempty"`
 }
 
 // QuiesceConfig tunes the make-before-break hand-over.
@@ -143,11 +148,15 @@ type QuiesceConfig struct {
 	HandoverTimeout Duration `json:"handoverTimeout,omitempty"`
 }
 
-// AdminConfig is the local HTTP listener (/metrics, /healthz, /status,
-// /quiesce). It has no authentication: keep it on loopback.
+// AdminConfig: the read-only HTTP listener (/metrics, /healthz, /status),
+// safe to expose for scraping, and the control socket (POST/DELETE
+// /quiesce, and the read-only endpoints), a unix socket only root can use.
 type AdminConfig struct {
 	// Listen default 127.0.0.1:7473; "0" disables it.
 	Listen string `json:"listen,omitempty"`
+	// ControlSocket is the path of the control socket (mode 0600). Default
+	// /run/caplb/agent.sock; "0" disables it.
+	ControlSocket string `json:"controlSocket,omitempty"`
 }
 
 // ARPConfig tunes the announcements.
