@@ -14,9 +14,11 @@ import (
 )
 
 // transitionWindow bounds how long after a fault (or its repair) the VIP may
-// be held by zero or two nodes. Generous for a loaded 2-core CI machine; the
-// benchmark measures the real figures.
-const transitionWindow = 4 * time.Second
+// be held by zero or two nodes. docs/backends/arp.md documents hard failover
+// at p99 0.49-0.60 s and at most 1.07 s at load average 13 on a 2-core
+// machine; 2 s leaves margin for a loaded CI machine while a regression to
+// seconds fails (it used to be 4 s, which forgave a 3.9 s gap).
+const transitionWindow = 2 * time.Second
 
 // ownerSampler checks "exactly one owner at any sampled instant outside a
 // bounded transition window": it samples the nodes' kernels every 10ms and
@@ -30,6 +32,9 @@ type ownerSampler struct {
 	mu      sync.Mutex
 	samples []sample
 	events  []event
+	// stale nodes keep the VIP in their kernel for a known reason (a
+	// SIGKILLed agent cannot clean up until it restarts); not counted.
+	stale map[string]bool
 }
 
 type sample struct {
@@ -43,7 +48,7 @@ type event struct {
 }
 
 func newOwnerSampler(c *lab.Cluster, vip netip.Addr) *ownerSampler {
-	s := &ownerSampler{c: c, vip: vip, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &ownerSampler{c: c, vip: vip, stop: make(chan struct{}), done: make(chan struct{}), stale: map[string]bool{}}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(10 * time.Millisecond)
@@ -59,7 +64,13 @@ func newOwnerSampler(c *lab.Cluster, vip netip.Addr) *ownerSampler {
 				continue
 			}
 			s.mu.Lock()
-			s.samples = append(s.samples, sample{at: time.Now(), holders: h})
+			var counted []string
+			for _, n := range h {
+				if !s.stale[n] {
+					counted = append(counted, n)
+				}
+			}
+			s.samples = append(s.samples, sample{at: time.Now(), holders: counted})
 			s.mu.Unlock()
 		}
 	}()
@@ -70,6 +81,13 @@ func newOwnerSampler(c *lab.Cluster, vip netip.Addr) *ownerSampler {
 func (s *ownerSampler) mark(what string) {
 	s.mu.Lock()
 	s.events = append(s.events, event{at: time.Now(), what: what})
+	s.mu.Unlock()
+}
+
+// setStale excludes (or counts again) node's kernel from the samples.
+func (s *ownerSampler) setStale(node string, stale bool) {
+	s.mu.Lock()
+	s.stale[node] = stale
 	s.mu.Unlock()
 }
 

@@ -53,6 +53,9 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
 		store.mu.Lock()
 		store.run = func(r election.Roster) { ml.SetRoster(r) }
 		store.mu.Unlock()
+		// A document that arrived during the first join was kept but not
+		// yet run.
+		ml.SetRoster(store.roster())
 	}
 	closeML := func() {
 		if ml != nil {
