@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -32,6 +33,9 @@ type memberStore struct {
 	// run is called (under mu, after persisting) with each newer roster:
 	// the election's SetRoster.
 	run func(election.Roster)
+	// seenMod, seenSize: the state file as reload last saw it.
+	seenMod  time.Time
+	seenSize int64
 }
 
 // newMemberStore starts from the configuration and the state file.
@@ -152,4 +156,35 @@ func (s *memberStore) persist(d agentv1.Membership) error {
 		return fmt.Errorf("membership.stateFile: %w", err)
 	}
 	return nil
+}
+
+// reload offers the state file's membership if it changed since the last
+// look: an operator (or a test) may drop a newer version there, and SIGHUP
+// asks for it at once. The agent's own writes read back as the same
+// version and change nothing.
+func (s *memberStore) reload() {
+	if s.path == "" {
+		return
+	}
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	same := fi.ModTime().Equal(s.seenMod) && fi.Size() == s.seenSize
+	s.seenMod, s.seenSize = fi.ModTime(), fi.Size()
+	s.mu.Unlock()
+	if same {
+		return
+	}
+	b, err := os.ReadFile(s.path)
+	if err != nil {
+		return
+	}
+	var d agentv1.Membership
+	if err := json.Unmarshal(b, &d); err != nil {
+		s.log.Info("ignoring membership.stateFile that does not parse", "error", err.Error())
+		return
+	}
+	s.offer(d, "state file")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,16 @@ import (
 // and exits) or force ends (then it exits at once). Every exit path removes
 // the VIPs; only SIGKILL cannot, and the next start removes what it left
 // (arp.RemoveStale).
-func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
+func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Option) (err error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	// A panic in a background goroutine must not kill the process with the
+	// VIPs still on the interface: it ends the agent through the normal
+	// exit path instead (force: no hand-over from a broken process).
+	force, crash := context.WithCancel(force)
+	defer crash()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	warnConfig(cfg, log)
@@ -103,10 +113,13 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.run(hctx, a.Wake)
+	goSafe(log, crash, "health check", func() { h.run(hctx, a.Wake) })
 	if cfg.NodeAPI.Kubeconfig != "" {
 		n := &nodeAPI{cfg: cfg.NodeAPI, log: log.WithName("nodeapi"), agent: a, store: store}
-		go n.run(hctx)
+		goSafe(log, crash, "node API", func() { n.run(hctx) })
+	}
+	if cfg.Membership.Dynamic {
+		goSafe(log, crash, "state file", func() { watchStateFile(hctx, store, o.reload) })
 	}
 
 	log.Info("agent started", "node", cfg.NodeName, "mode", cfg.Mode, "vips", cfg.VIPs,
@@ -159,4 +172,43 @@ func newDataplane(cfg *Config, log logr.Logger, reg prometheus.Registerer) (data
 		ProbeInterval:   cfg.ARP.ProbeInterval.Duration,
 	}, log.WithName("arp"), reg)
 	return dp, ifName, err
+}
+
+// Option tunes Run.
+type Option func(*options)
+
+type options struct{ reload <-chan struct{} }
+
+// WithReload: a value on ch makes the agent read membership.stateFile again
+// (SIGHUP).
+func WithReload(ch <-chan struct{}) Option { return func(o *options) { o.reload = ch } }
+
+// goSafe runs fn in a goroutine; a panic is logged and ends the agent
+// through its cleanup (crash) instead of killing the process.
+func goSafe(log logr.Logger, crash context.CancelFunc, what string, fn func()) {
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error(fmt.Errorf("panic: %v", r), "background task failed; exiting (VIPs removed)", "task", what)
+				crash()
+			}
+		}()
+		fn()
+	}()
+}
+
+// watchStateFile reads the state file again on reload and every second (a
+// stat; the file is read only when it changed).
+func watchStateFile(ctx context.Context, s *memberStore, reload <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+		case <-t.C:
+		}
+		s.reload()
+	}
 }
