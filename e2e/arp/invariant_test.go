@@ -35,7 +35,17 @@ type ownerSampler struct {
 	// stale nodes keep the VIP in their kernel for a known reason (a
 	// SIGKILLed agent cannot clean up until it restarts); not counted.
 	stale map[string]bool
+	// noGap: a sample with nobody holding the VIP is never forgiven (the
+	// make-before-break changes of a membership must never lose the VIP),
+	// and two holders only for at most overlapBound in a row (a hand-over's
+	// drain: the old owner keeps the address, quiet, quiesce.drain after the
+	// successor announced).
+	noGap bool
 }
+
+// overlapBound: quiesce.drain (500 ms) plus the time for the old owner to
+// see its successor in gossip and act, with margin for a loaded machine.
+const overlapBound = 1500 * time.Millisecond
 
 type sample struct {
 	at      time.Time
@@ -100,11 +110,27 @@ func (s *ownerSampler) check(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var bad []string
+	var overlapSince time.Time
 	for _, smp := range s.samples {
+		if s.noGap && len(smp.holders) == 2 {
+			if overlapSince.IsZero() {
+				overlapSince = smp.at
+			}
+			if smp.at.Sub(overlapSince) <= overlapBound {
+				continue
+			}
+			bad = append(bad, fmt.Sprintf("%s holders=%v for %v", smp.at.Format("15:04:05.000"), smp.holders, smp.at.Sub(overlapSince).Round(time.Millisecond)))
+			continue
+		}
+		overlapSince = time.Time{}
 		if len(smp.holders) == 1 {
 			continue
 		}
 		covered := false
+		if len(smp.holders) == 0 && s.noGap {
+			bad = append(bad, fmt.Sprintf("%s nobody holds the VIP", smp.at.Format("15:04:05.000")))
+			continue
+		}
 		for _, e := range s.events {
 			if !smp.at.Before(e.at) && smp.at.Sub(e.at) <= transitionWindow {
 				covered = true

@@ -59,6 +59,9 @@ type ClusterOptions struct {
 	Tune func(node int, cfg *agent.Config)
 	// AgentVerbosity is passed as -v.
 	AgentVerbosity int
+	// Idle nodes (by index) start without their agent: a test starts it
+	// later (StartAgent), e.g. a machine that joins the control plane.
+	Idle func(node int) bool
 }
 
 // Cluster is a switch, N control-plane nodes and a client.
@@ -176,7 +179,10 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	for _, n := range c.Nodes {
+	for i, n := range c.Nodes {
+		if opts.Idle != nil && opts.Idle(i) {
+			continue
+		}
 		if err := c.StartAgent(n); err != nil {
 			return nil, err
 		}

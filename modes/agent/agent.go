@@ -105,6 +105,7 @@ type Agent struct {
 	quiesceBy    map[string]string
 	releasedAt   time.Time
 	nextProbe    time.Time
+	lastProbe    string
 	pulledAt     time.Time
 	lastFailOpen bool
 

@@ -25,8 +25,11 @@ The first SIGTERM or SIGINT hands the VIP over to the next owner before letting
 go (make-before-break); a second one exits at once. The VIP is removed on every
 exit path except SIGKILL, whose leftovers the next start removes.
 
-Admin endpoints (admin.listen, default 127.0.0.1:7473): GET /metrics, /healthz,
-/status; POST /quiesce (hand over and stay out), DELETE /quiesce (take part again).`,
+Admin endpoints (admin.listen, default 127.0.0.1:7473, read-only): GET /metrics,
+/healthz, /status. Control socket (admin.controlSocket, default /run/caplb/agent.sock,
+root only): the same, plus POST /quiesce (hand over and stay out) and DELETE
+/quiesce (take part again). SIGHUP re-reads membership.stateFile; SIGQUIT exits at
+once (VIP removed).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := NewLogger(verbosity)
 			cfg, err := Load(configPath)

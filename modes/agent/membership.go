@@ -74,7 +74,7 @@ func (a *Agent) decideBootstrap(now time.Time, eligible, healthy bool) (bool, st
 	case !eligible:
 		return false, "bootstrap membership: not eligible: " + a.ineligibleReason(healthy)
 	case now.Before(a.nextProbe):
-		return false, "bootstrap membership: waiting before probing the VIP again"
+		return false, a.lastProbe + " (probing again shortly)"
 	}
 	if a.prober == nil {
 		return true, "bootstrap membership: first eligible node, holding the VIP alone"
@@ -82,16 +82,17 @@ func (a *Agent) decideBootstrap(now time.Time, eligible, healthy bool) (bool, st
 	res, err := a.prober.probe(a.vips)
 	// Jitter keeps two nodes that collided from probing in step again.
 	backoff := time.Second + rand.N(time.Second)
+	a.nextProbe = now.Add(backoff)
 	switch {
 	case err != nil:
-		a.nextProbe = now.Add(backoff)
-		return false, fmt.Sprintf("bootstrap membership: probing the VIP failed: %v", err)
+		a.lastProbe = fmt.Sprintf("bootstrap membership: probing the VIP failed: %v", err)
+		return false, a.lastProbe
 	case res.answered:
-		a.nextProbe = now.Add(backoff)
-		return false, "bootstrap membership: another host answers for the VIP; waiting as a non-member"
+		a.lastProbe = "bootstrap membership: another host answers for the VIP; waiting as a non-member"
+		return false, a.lastProbe
 	case res.competing:
-		a.nextProbe = now.Add(backoff)
-		return false, "bootstrap membership: another node probes for the VIP; backing off"
+		a.lastProbe = "bootstrap membership: another node probes for the VIP; backing off"
+		return false, a.lastProbe
 	}
 	return true, "bootstrap membership: nobody answers for the VIP; holding it alone"
 }

@@ -47,6 +47,13 @@ type MemberView struct {
 	// left, and known at all).
 	Alive bool
 	Meta  Meta
+	// Joining: the member the latest membership version added, not seen
+	// alive yet (a machine still booting). It does not count in the
+	// quorum that keeps an owner holding, so adding a member never makes
+	// the owner drop the VIP; it counts in the majority a claim needs. With
+	// one member added per version, every hold majority still overlaps
+	// every claim majority.
+	Joining bool
 }
 
 // View is a member's picture of the group, with members in preference order.
@@ -132,7 +139,14 @@ func Decide(v View) Decision {
 			}
 		}
 	}
-	d.Quorum = len(v.Members) > 0 && d.Seen >= Majority(len(v.Members))
+	holdSize := len(v.Members)
+	for _, m := range v.Members {
+		if m.Joining && !alive(m) {
+			holdSize--
+			break
+		}
+	}
+	d.Quorum = len(v.Members) > 0 && d.Seen >= Majority(holdSize)
 	d.ClaimQuorum = len(v.Members) > 0 && d.Agreeing >= Majority(len(v.Members))
 
 	for _, m := range v.Members {

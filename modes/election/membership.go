@@ -78,6 +78,11 @@ type Membership struct {
 	mu     sync.Mutex
 	meta   Meta
 	roster Roster
+	// joining is the member the latest version added that has not been
+	// seen alive since (see MemberView.Joining); "" if none.
+	joining string
+	// seen: names seen alive since start.
+	seen map[string]bool
 
 	// base is a monotonic reference taken at Start; confirmedAt is the
 	// offset from it (nanoseconds, 0 = never) at which a majority last
@@ -113,6 +118,7 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		changed:     make(chan struct{}, 1),
 		meta:        meta,
 		roster:      Roster{Version: cfg.Version, Members: append([]Member(nil), cfg.Members...)},
+		seen:        map[string]bool{cfg.Self: true},
 		base:        time.Now(),
 		metaUpdates: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -197,12 +203,13 @@ func (m *Membership) View() View {
 	m.mu.Lock()
 	selfMeta := m.meta
 	r := m.roster
+	joining := m.joining
 	m.mu.Unlock()
 	v := View{Self: m.cfg.Self, Version: r.Version, Digest: selfMeta.ConfigDigest, Members: make([]MemberView, 0, len(r.Members))}
 	in := map[string]bool{}
 	for _, c := range r.Members {
 		in[c.Name] = true
-		mv := MemberView{Name: c.Name}
+		mv := MemberView{Name: c.Name, Joining: c.Name == joining}
 		if c.Name == m.cfg.Self {
 			mv.Alive, mv.Meta = true, selfMeta
 			v.Member = true
@@ -241,16 +248,31 @@ func sameAddr(n *memberlist.Node, want netip.Addr) bool {
 // and on a healed partition, stale death notices make live members look dead
 // for a moment.
 func (m *Membership) ConfirmQuorum() (reached, needed int) {
-	r := m.Roster()
-	if !r.Has(m.cfg.Self) {
-		// A non-member has no majority to confirm.
-		return 0, Majority(len(r.Members))
-	}
+	m.mu.Lock()
+	r, joining := m.roster, m.joining
+	m.mu.Unlock()
 	needed = Majority(len(r.Members))
-	reached = 1
+	// Holding needs a majority of the members without the one the latest
+	// version added and nobody has seen yet (a machine still booting);
+	// a claim needs a majority of all (see Decide).
+	holdNeeded := needed
+	if joining != "" {
+		holdNeeded = Majority(len(r.Members) - 1)
+	}
+	if r.Has(m.cfg.Self) {
+		reached = 1
+	}
+	// A non-member (a removed owner handing over) needs a majority of the
+	// roster it left, without itself: its hold rests on that.
+	if len(r.Members) == 0 {
+		return 0, 1
+	}
 	if reached >= needed {
 		m.markConfirmed()
 		return reached, needed
+	}
+	if reached >= holdNeeded {
+		m.markConfirmed()
 	}
 	answers := make(chan bool, len(r.Members))
 	asked := 0
@@ -274,6 +296,9 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 	for i := 0; i < asked && reached < needed; i++ {
 		if <-answers {
 			reached++
+			if reached == holdNeeded {
+				m.markConfirmed()
+			}
 		}
 	}
 	if reached >= needed {
@@ -411,6 +436,12 @@ type events Membership
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.log.Info("member up", "member", n.Name, "address", n.Addr.String())
+	e.mu.Lock()
+	e.seen[n.Name] = true
+	if e.joining == n.Name {
+		e.joining = ""
+	}
+	e.mu.Unlock()
 	(*Membership)(e).notify()
 }
 func (e *events) NotifyLeave(n *memberlist.Node) {

@@ -67,6 +67,14 @@ func (m *Membership) SetRoster(r Roster) bool {
 		m.mu.Unlock()
 		return false
 	}
+	m.joining = ""
+	if len(r.Members) == len(m.roster.Members)+1 {
+		for _, x := range r.Members {
+			if !m.roster.Has(x.Name) && !m.seen[x.Name] {
+				m.joining = x.Name
+			}
+		}
+	}
 	m.roster = Roster{Version: r.Version, Members: append([]Member(nil), r.Members...)}
 	m.meta.Version = r.Version
 	m.mu.Unlock()

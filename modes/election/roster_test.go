@@ -58,6 +58,12 @@ func TestDecideAgreement(t *testing.T) {
 		{"a non-member computes the roster's quorum without itself",
 			View{Self: "z", Version: 2, Digest: dg, Members: []MemberView{m("a", true, eh(2)), m("b", true, e(2)), m("c", false, Meta{})}},
 			"a", true, true, 2, 2, 2, nil},
+		{"a member just added and not seen yet does not count for holding (1 -> 2)",
+			View{Self: "a", Version: 2, Digest: dg, Member: true, Members: []MemberView{m("a", true, eh(2)), {Name: "b", Joining: true}}},
+			"a", true, false, 1, 1, 2, nil},
+		{"once seen, it counts: a 2-member roster with one down has no quorum",
+			View{Self: "a", Version: 2, Digest: dg, Member: true, Members: []MemberView{m("a", true, eh(2)), m("b", false, Meta{})}},
+			"a", false, false, 1, 1, 2, nil},
 		{"empty roster: no quorum",
 			View{Self: "a", Version: 0, Digest: dg},
 			"", false, false, 0, 0, 0, nil},
@@ -255,4 +261,31 @@ func TestConfirmedAtIsMonotonic(t *testing.T) {
 	// against a monotonic now.
 	g.Expect(time.Since(at)).To(BeNumerically("<", time.Since(before)+time.Millisecond))
 	g.Expect(at.Round(0).Add(time.Hour).Sub(at)).To(Equal(time.Hour), "without the reading, wall time decides")
+}
+
+// TestAddedMemberDoesNotDropHolder: growing 1 → 2 while the new machine
+// is still booting keeps the single member's hold (direct contact and
+// quorum) but not its right to claim.
+func TestAddedMemberDoesNotDropHolder(t *testing.T) {
+	g := NewWithT(t)
+	port := freePortN(t, 2)
+	n1 := startDynamic(t, port, 1, roster(1, 1), [][]byte{[]byte("0123456789abcdef")}, "")
+	g.Expect(n1.SetRoster(roster(2, 1, 2))).To(BeTrue())
+	before := time.Now()
+	reached, needed := n1.ConfirmQuorum()
+	g.Expect([]int{reached, needed}).To(Equal([]int{1, 2}), "a claim still needs both")
+	g.Expect(n1.ConfirmedAt()).To(BeTemporally(">=", before), "holding rests on the members seen so far")
+	v := n1.View()
+	g.Expect(v.Members[1].Joining).To(BeTrue())
+	d := Decide(v)
+	g.Expect(d.Quorum).To(BeTrue())
+	g.Expect(d.ClaimQuorum).To(BeFalse())
+
+	// Once m2 has been seen, it counts like any member.
+	n2 := startDynamic(t, port, 2, roster(2, 1, 2), [][]byte{[]byte("0123456789abcdef")}, "")
+	g.Eventually(func() bool { return n1.View().Members[1].Alive }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
+	g.Expect(n1.View().Members[1].Joining).To(BeFalse())
+	g.Expect(n2.Close()).To(Succeed())
+	g.Eventually(func() bool { return Decide(n1.View()).Quorum }, 5*time.Second, 20*time.Millisecond).Should(BeFalse(),
+		"a seen member that dies counts as down")
 }
