@@ -55,7 +55,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"duplicate member", strings.Replace(validYAML, "name: cp-3", "name: cp-2", 1), []string{`members[2].name: "cp-2" is listed twice`}},
 		{"https without CA", strings.Replace(validYAML, "  caFile: /etc/kubernetes/pki/ca.crt", "  interval: 1s", 1),
 			[]string{"health.caFile: is empty", "insecureSkipVerify: true"}},
-		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`want a duration such as "200ms"`}},
+		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`quiesce.drain: "soon" is not a duration`}},
+		{"duration without a unit names the field", validYAML + "quiesce: {drain: 200}\n", []string{`quiesce.drain: 200 is not a duration; write it with a unit`}},
+		{"nested duration", validYAML + "  probeInterval: fast\n", []string{`election.probeInterval: "fast" is not a duration`}},
 		{"probe timeout too long", validYAML + "  probeTimeout: 200ms\n",
 			[]string{"election.probeTimeout: 200ms must be shorter than election.probeInterval (100ms)"}},
 		{"contact timeout too short", validYAML + "  contactTimeout: 150ms\n",
@@ -84,6 +86,20 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExplicitZeros: 0 where it means something is kept; a missing field
+// takes the default.
+func TestExplicitZeros(t *testing.T) {
+	g := NewWithT(t)
+	c, err := Parse([]byte(validYAML + "quiesce: {drain: 0s}\narp: {burstCount: 0}\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Quiesce.Drain.Duration).To(BeZero())
+	g.Expect(c.ARP.BurstCount).To(BeZero())
+	c, err = Parse([]byte(validYAML))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
+	g.Expect(c.ARP.BurstCount).To(Equal(5))
 }
 
 func TestSampleConfigParses(t *testing.T) {

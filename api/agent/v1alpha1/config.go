@@ -38,11 +38,15 @@ func Load(path string) (*AgentConfiguration, error) {
 // Parse decodes YAML strictly (unknown fields are errors), applies defaults
 // and validates. It does no I/O beyond os.Hostname for the default node name.
 func Parse(data []byte) (*AgentConfiguration, error) {
+	if errs := checkDurations(data); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	var c AgentConfiguration
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	c.Default()
+	keepExplicitZeros(data, &c)
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -250,7 +254,9 @@ func (c *AgentConfiguration) Validate() error {
 	if len(e.Label) > 255 {
 		bad("election.label", "is %d bytes; memberlist allows at most 255", len(e.Label))
 	}
-	positive(bad, "quiesce.drain", c.Quiesce.Drain)
+	if c.Quiesce.Drain.Duration < 0 {
+		bad("quiesce.drain", "%v is negative (0s: release as soon as the successor announces)", c.Quiesce.Drain.Duration)
+	}
 	positive(bad, "quiesce.handoverTimeout", c.Quiesce.HandoverTimeout)
 	if s := c.Admin.ControlSocket; s != "0" && !strings.HasPrefix(s, "/") {
 		bad("admin.controlSocket", "%q is not an absolute path (or \"0\" to disable)", s)

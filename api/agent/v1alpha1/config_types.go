@@ -141,7 +141,7 @@ type ElectionConfig struct {
 type QuiesceConfig struct {
 	// Drain: a quiescing owner keeps the VIP this long after its successor
 	// announced it, so that neighbours' caches move before it lets go.
-	// Default 500ms.
+	// Default 500ms; "0s" written in the file releases at once.
 	Drain Duration `json:"drain,omitempty"`
 	// HandoverTimeout: on exit, stop waiting for a successor after this long
 	// and release anyway. Default 5s.
@@ -161,8 +161,9 @@ type AdminConfig struct {
 
 // ARPConfig tunes the announcements.
 type ARPConfig struct {
-	// BurstCount announcements (default 5) follow the first, BurstInterval
-	// apart (default 200ms); then one every RefreshInterval (default 10s).
+	// BurstCount announcements (default 5; 0 written in the file: none)
+	// follow the first, BurstInterval apart (default 200ms); then one every
+	// RefreshInterval (default 10s).
 	BurstCount      int      `json:"burstCount,omitempty"`
 	BurstInterval   Duration `json:"burstInterval,omitempty"`
 	RefreshInterval Duration `json:"refreshInterval,omitempty"`
