@@ -146,6 +146,17 @@ func TestMembershipLifecycle(t *testing.T) {
 		Should(BeNumerically(">", staleVersion), "the stale member converges from its peers")
 	waitRunning("stale member back")
 	g.Expect(status(t, stale).Transitions).To(BeZero(), "the stale member never held the VIP")
+
+	// A second agent started by mistake on the owner's node fails on the
+	// gossip port before it could remove "stale" VIPs: the live owner's
+	// address stays.
+	owner = waitSingleOwner(t, c, nil, 10*time.Second)
+	dup, err := owner.NS.Start(owner.Name+"-agent-dup", []string{bins.agent, "agent", "--config", owner.Config}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() bool { done, _ := dup.Exited(); return done }, 10*time.Second, 50*time.Millisecond).Should(BeTrue(), "the duplicate exits")
+	_, exitErr := dup.Exited()
+	g.Expect(exitErr).To(HaveOccurred(), "with an error (gossip port in use)")
+	g.Expect(holdersNow(t, c, lab.VIPv4)).To(Equal([]string{owner.Name}), "the owner keeps its VIP")
 }
 
 // statusG reads n's /status inside an Eventually (the agent may be starting).
