@@ -126,9 +126,13 @@ func (d *fakeDP) Close(context.Context) error {
 }
 func (d *fakeDP) SetQuiet(q bool) { d.mu.Lock(); d.quiet = q; d.mu.Unlock() }
 
-type fakeHealth struct{ ok bool }
+type fakeHealth struct {
+	mu sync.Mutex
+	ok bool
+}
 
-func (h *fakeHealth) state() (bool, string) { return h.ok, "fake" }
+func (h *fakeHealth) state() (bool, string) { h.mu.Lock(); defer h.mu.Unlock(); return h.ok, "fake" }
+func (h *fakeHealth) set(ok bool)           { h.mu.Lock(); h.ok = ok; h.mu.Unlock() }
 
 // newTestAgent: self is the most preferred of three members unless selfIdx>0.
 func newTestAgent(t *testing.T, selfIdx int) (*Agent, *fakeML, *fakeDP, *fakeHealth) {

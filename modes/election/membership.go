@@ -83,6 +83,10 @@ type Membership struct {
 	joining string
 	// seen: names seen alive since start.
 	seen map[string]bool
+	// peers: the alive nodes as memberlist's events last reported them,
+	// copied: the *memberlist.Node values memberlist hands out are
+	// mutated under its own lock, so reading them later would race.
+	peers map[string]peer
 
 	// base is a monotonic reference taken at Start; confirmedAt is the
 	// offset from it (nanoseconds, 0 = never) at which a majority last
@@ -119,6 +123,7 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		meta:        meta,
 		roster:      Roster{Version: cfg.Version, Members: append([]Member(nil), cfg.Members...)},
 		seen:        map[string]bool{cfg.Self: true},
+		peers:       map[string]peer{},
 		base:        time.Now(),
 		metaUpdates: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -196,11 +201,11 @@ func (m *Membership) SetMeta(meta Meta) {
 // View returns the current picture of the configured members. Self's Meta is
 // the local one, never a gossiped echo.
 func (m *Membership) View() View {
-	alive := map[string]*memberlist.Node{}
-	for _, n := range m.ml.Members() {
-		alive[n.Name] = n
-	}
 	m.mu.Lock()
+	alive := make(map[string]peer, len(m.peers))
+	for k, v := range m.peers {
+		alive[k] = v
+	}
 	selfMeta := m.meta
 	r := m.roster
 	joining := m.joining
@@ -213,9 +218,9 @@ func (m *Membership) View() View {
 		if c.Name == m.cfg.Self {
 			mv.Alive, mv.Meta = true, selfMeta
 			v.Member = true
-		} else if n, ok := alive[c.Name]; ok && sameAddr(n, c.Address) {
+		} else if n, ok := alive[c.Name]; ok && n.addr == c.Address {
 			mv.Alive = true
-			_ = json.Unmarshal(n.Meta, &mv.Meta)
+			_ = json.Unmarshal(n.meta, &mv.Meta)
 		}
 		v.Members = append(v.Members, mv)
 	}
@@ -224,18 +229,31 @@ func (m *Membership) View() View {
 			continue
 		}
 		mv := MemberView{Name: name, Alive: true}
-		_ = json.Unmarshal(n.Meta, &mv.Meta)
+		_ = json.Unmarshal(n.meta, &mv.Meta)
 		v.Others = append(v.Others, mv)
 	}
 	sort.Slice(v.Others, func(i, j int) bool { return v.Others[i].Name < v.Others[j].Name })
 	return v
 }
 
-// sameAddr: a member is matched by name and address; a node that gossips
-// under a member's name from another address is not that member.
-func sameAddr(n *memberlist.Node, want netip.Addr) bool {
-	a, ok := netip.AddrFromSlice(n.Addr)
-	return ok && a.Unmap() == want
+// peer is a copy of an alive node's memberlist entry. A member is matched
+// by name and address: a node that gossips under a member's name from
+// another address is not that member.
+type peer struct {
+	addr netip.Addr
+	port uint16
+	meta []byte
+}
+
+func (e *events) record(n *memberlist.Node, alive bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !alive {
+		delete(e.peers, n.Name)
+		return
+	}
+	a, _ := netip.AddrFromSlice(n.Addr)
+	e.peers[n.Name] = peer{addr: a.Unmap(), port: n.Port, meta: append([]byte(nil), n.Meta...)}
 }
 
 // ConfirmQuorum pings every other configured member directly, in parallel,
@@ -392,9 +410,11 @@ func (m *Membership) every(interval time.Duration, fn func()) {
 
 func (m *Membership) rejoin() {
 	alive := map[string]bool{}
-	for _, n := range m.ml.Members() {
-		alive[n.Name] = true
+	m.mu.Lock()
+	for name := range m.peers {
+		alive[name] = true
 	}
+	m.mu.Unlock()
 	var addrs []string
 	for _, c := range m.Roster().Members {
 		if c.Name != m.cfg.Self && !alive[c.Name] {
@@ -436,6 +456,7 @@ type events Membership
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.log.Info("member up", "member", n.Name, "address", n.Addr.String())
+	e.record(n, true)
 	e.mu.Lock()
 	e.seen[n.Name] = true
 	if e.joining == n.Name {
@@ -446,9 +467,13 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 }
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.log.Info("member down (dead or left)", "member", n.Name)
+	e.record(n, false)
 	(*Membership)(e).notify()
 }
-func (e *events) NotifyUpdate(n *memberlist.Node) { (*Membership)(e).notify() }
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.record(n, true)
+	(*Membership)(e).notify()
+}
 
 // aliveFilter keeps strangers out: only configured members, from their
 // configured address, may join.

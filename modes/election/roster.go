@@ -93,16 +93,14 @@ func (m *Membership) SetRoster(r Roster) bool {
 // which carries the membership document): used when a peer advertises a
 // newer version than this node runs.
 func (m *Membership) Pull(names []string) {
-	byName := map[string]*memberlist.Node{}
-	for _, n := range m.ml.Members() {
-		byName[n.Name] = n
-	}
 	var addrs []string
+	m.mu.Lock()
 	for _, name := range names {
-		if n, ok := byName[name]; ok {
-			addrs = append(addrs, n.FullAddress().Addr)
+		if p, ok := m.peers[name]; ok {
+			addrs = append(addrs, netip.AddrPortFrom(p.addr, p.port).String())
 		}
 	}
+	m.mu.Unlock()
 	if len(addrs) > 0 {
 		_, _ = m.ml.Join(addrs)
 	}
