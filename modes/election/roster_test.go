@@ -100,8 +100,10 @@ func startDynamic(t *testing.T, port, i int, r Roster, keys [][]byte, label stri
 	ready := make(chan struct{})
 	m, err := Start(Config{
 		Self: fmt.Sprintf("m%d", i), Members: r.Members, Version: r.Version, Dynamic: true, Address: loopback(i), Port: port,
-		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
-		SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
+		// Relaxed timers: these tests are about what gossip carries, not
+		// about detection speed, and must not flap on a loaded machine.
+		ProbeInterval: 300 * time.Millisecond, ProbeTimeout: 150 * time.Millisecond,
+		SuspicionMult: 4, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
 		Keys: keys, Label: label,
 		OnMembership: func(r Roster) {
 			n.mu.Lock()
