@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
 )
 
 const validYAML = `
@@ -97,6 +98,21 @@ func TestExplicitZeros(t *testing.T) {
 	g.Expect(c.Quiesce.Drain.Duration).To(BeZero())
 	g.Expect(c.ARP.BurstCount).To(BeZero())
 	c, err = Parse([]byte(validYAML))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
+	g.Expect(c.ARP.BurstCount).To(Equal(5))
+
+	// A configuration rendered from the type (the manager, the lab) leaves
+	// unset durations out, so they take their defaults rather than an
+	// explicit 0.
+	r := NewConfig()
+	r.NodeName, r.VIPs = "cp-1", []string{"192.0.2.10"}
+	r.Members = []MemberConfig{{Name: "cp-1", Address: "192.0.2.11"}}
+	r.Health.InsecureSkipVerify, r.Election.Insecure = true, true
+	b, err := yaml.Marshal(r)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).NotTo(ContainSubstring("drain"))
+	c, err = Parse(b)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
 	g.Expect(c.ARP.BurstCount).To(Equal(5))
