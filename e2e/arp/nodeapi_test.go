@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/envtest"
@@ -41,6 +43,7 @@ const nodeAPIPort = 16443
 // back as a backup (no preemption). Throughout: one holder, never none.
 func TestNodeAnnotations(t *testing.T) {
 	g := NewWithT(t)
+	crlog.SetLogger(logr.Discard())
 	env, err := envtest.Start(envtest.Options{})
 	g.Expect(err).NotTo(HaveOccurred(), "test API server (make testbin)")
 	t.Cleanup(func() { _ = env.Stop() })

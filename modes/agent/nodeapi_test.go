@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	crenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/envtest"
@@ -31,6 +33,7 @@ import (
 // exclude-from-external-load-balancers label, and reports on its Node.
 func TestNodeAPI(t *testing.T) {
 	g := NewWithT(t)
+	crlog.SetLogger(logr.Discard())
 	env, err := envtest.Start(envtest.Options{})
 	g.Expect(err).NotTo(HaveOccurred(), "starting the test API server (make testbin)")
 	t.Cleanup(func() { _ = env.Stop() })
