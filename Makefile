@@ -17,13 +17,13 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
 build: ## Build caplb (manager + agent) and caplb-agent (the agent alone, smaller) into _out/bin.
-	$(GO) build -o $(OUT)/bin/caplb ./cmd/caplb
-	$(GO) build -o $(OUT)/bin/caplb-agent ./cmd/caplb-agent
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(OUT)/bin/caplb ./cmd/caplb
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o $(OUT)/bin/caplb-agent ./cmd/caplb-agent
 
 generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go markers.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=./config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=caplb-manager paths=./controllers/... output:rbac:dir=./config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=caplb-manager paths=./controllers/... paths=./providers/... output:rbac:dir=./config/rbac
 
 fmt: ## Format the Go code.
 	gofmt -w $$(git ls-files '*.go')

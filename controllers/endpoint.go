@@ -61,27 +61,36 @@ func decideClusterEndpoint(theirs, ours lbv1.APIEndpoint) clusterDecision {
 // decideAdoption is the pure adoption rule, applied before the backend runs: when
 // spec.endpoint.host is empty and the Cluster already has an endpoint that caplb did not put
 // there, that endpoint becomes ours (written to spec.endpoint, so it persists and is immutable
-// from then on). wasInSync is true when the ClusterEndpoint condition says the Cluster matched our
-// endpoint before: then a difference means our endpoint moved (static, host empty) or somebody
-// edited the Cluster, and adopting would hide that — it is a mismatch instead. The second result
-// says why adoption is refused when it otherwise would apply.
-func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared bool) (adopt bool, refusal string) {
+// from then on). compared is true when the ClusterEndpoint condition says the Cluster was compared
+// with our endpoint before: then a difference means our endpoint moved (static, host empty) or
+// somebody edited the Cluster, and adopting would hide that — it is a mismatch instead. Two more
+// refusals keep caplb from adopting its own guess as if a person had chosen it, which would pin a
+// member's address for ever (a crash between the Cluster patch and the status patch loses the
+// condition): publishedByUs (the Cluster carries EndpointPublishedByAnnotation naming this
+// LoadBalancer), and a host that is one of our members' addresses. The second result says why
+// adoption is refused when it otherwise would apply.
+func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared, publishedByUs bool, memberAddrs map[string]bool) (adopt bool, refusal string) {
 	if spec.Host != "" || !theirs.IsValid() || theirs == status || compared {
 		return false, ""
 	}
-	if spec.Port != 0 && spec.Port != theirs.Port {
+	switch {
+	case publishedByUs:
+		return false, fmt.Sprintf("the Cluster's endpoint %s:%d was published by this LoadBalancer (%s): it is caplb's own choice, not a person's", theirs.Host, theirs.Port, lbv1.EndpointPublishedByAnnotation)
+	case memberAddrs[theirs.Host]:
+		return false, fmt.Sprintf("the Cluster's endpoint host %s is the address of one of this LoadBalancer's members: adopting it would pin that member for ever", theirs.Host)
+	case spec.Port != 0 && spec.Port != theirs.Port:
 		return false, fmt.Sprintf("the Cluster's endpoint %s:%d has another port than spec.endpoint.port (%d)", theirs.Host, theirs.Port, spec.Port)
-	}
-	if !ValidHost(theirs.Host) {
+	case !lbv1.ValidHost(theirs.Host):
 		return false, fmt.Sprintf("the Cluster's endpoint host %q is not an IP address or lower-case DNS name", theirs.Host)
 	}
 	return true, ""
 }
 
-// reconcileAdoption adopts the Cluster's endpoint when decideAdoption says so.
-func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope) error {
+// reconcileAdoption adopts the Cluster's endpoint when decideAdoption says so. It runs once the
+// members are gathered (their addresses are never adopted) and before the backend runs.
+func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope) {
 	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() {
-		return nil
+		return
 	}
 	lb := s.lb
 	theirs := clusterEndpointOf(s.cluster)
@@ -92,18 +101,24 @@ func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope
 	case lbv1.ClusterEndpointSetReason, lbv1.ClusterEndpointMismatchReason:
 		compared = true
 	}
-	adopt, refusal := decideAdoption(lb.Spec.Endpoint, lb.Status.Endpoint, theirs, compared)
+	publishedByUs := s.cluster.GetAnnotations()[lbv1.EndpointPublishedByAnnotation] == lb.Name
+	memberAddrs := map[string]bool{}
+	for _, m := range s.members {
+		for _, a := range m.facts.addresses {
+			memberAddrs[a] = true
+		}
+	}
+	adopt, refusal := decideAdoption(lb.Spec.Endpoint, lb.Status.Endpoint, theirs, compared, publishedByUs, memberAddrs)
 	if refusal != "" {
 		ctrl.LoggerFrom(ctx).V(1).Info("Not adopting the Cluster's endpoint", "reason", refusal)
 	}
 	if !adopt {
-		return nil
+		return
 	}
 	lb.Spec.Endpoint = theirs
 	r.event(lb, s.cluster, false, lbv1.EventEndpointAdopted, "Adopt",
 		"Cluster %s already has controlPlaneEndpoint %s:%d and spec.endpoint.host was empty: adopted it into spec.endpoint",
 		s.cluster.Name, theirs.Host, theirs.Port)
-	return nil
 }
 
 // reconcileEndpoint sets EndpointAvailable and publishes the endpoint to the Cluster and the
@@ -186,6 +201,14 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 	case decidePublish:
 		original := cluster.DeepCopy()
 		cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: ours.Host, Port: ours.Port}
+		// Who wrote it, in the same patch: after a crash before our status is written, the next
+		// reconcile must recognise its own choice rather than adopt it (decideAdoption).
+		anns := cluster.GetAnnotations()
+		if anns == nil {
+			anns = map[string]string{}
+		}
+		anns[lbv1.EndpointPublishedByAnnotation] = lb.Name
+		cluster.SetAnnotations(anns)
 		// Optimistic lock: if somebody (CAPI copying from an InfraCluster) set an endpoint since
 		// our cache saw the Cluster, the patch fails and the next reconcile sees theirs.
 		if err := r.Client.Patch(ctx, cluster, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -242,50 +265,83 @@ func loadBalancerRefNames(ref map[string]any, lb *lbv1.LoadBalancer) bool {
 	return true
 }
 
-// publishToControlPlane fills spec.controlPlaneEndpoint of the object behind
-// Cluster.spec.controlPlaneRef when its spec.loadBalancerRef names this LoadBalancer and the
-// field is empty (the proposal's contract between load balancer and control plane providers).
-// The object is read live as unstructured, at the version the RESTMapper prefers, so the
-// manager needs neither a cache nor list/watch rights for control-plane kinds.
+// controlPlaneRecheck is how soon a control plane that is missing, or that does not (yet) take our
+// endpoint, is looked at again when no watch on its kind tells us it changed.
+const controlPlaneRecheck = time.Minute
+
+// publishToControlPlane writes our endpoint to the control plane's spec.controlPlaneEndpoint when
+// its spec.loadBalancerRef names this LoadBalancer and it has no endpoint. Only an in-sync
+// outcome is remembered as final; "not named", "has another endpoint" and "not found" are looked
+// at again when the control plane changes (a metadata watch on its kind) or, without a watch,
+// every controlPlaneRecheck.
 func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *scope) error {
 	lb := s.lb
 	if s.cluster == nil || !s.cluster.Spec.ControlPlaneRef.IsDefined() || !lb.Status.Endpoint.IsValid() {
 		return nil
 	}
 	ref := s.cluster.Spec.ControlPlaneRef
-	memo := fmt.Sprintf("%s/%s/%s=%s:%d", ref.APIGroup, ref.Kind, ref.Name, lb.Status.Endpoint.Host, lb.Status.Endpoint.Port)
-	if v, ok := r.cpPublished.Load(lb.UID); ok && v == memo {
-		return nil
+	refKey := fmt.Sprintf("%s/%s/%s=%s:%d", ref.APIGroup, ref.Kind, ref.Name, lb.Status.Endpoint.Host, lb.Status.Endpoint.Port)
+	var memo cpMemo
+	if v, ok := r.cpPublished.Load(lb.UID); ok {
+		memo = v.(cpMemo)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues(ref.Kind, klog.KRef(lb.Namespace, ref.Name))
 	mapping, err := r.RESTMapper.RESTMapping(schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind})
 	if err != nil {
 		if meta.IsNoMatchError(err) {
 			log.V(1).Info("Control plane kind is not served; not publishing to it")
+			s.requeueAfter(controlPlaneRecheck)
 			return nil
 		}
 		return fmt.Errorf("resolving the version of %s.%s: %w", ref.Kind, ref.APIGroup, err)
 	}
+	key := client.ObjectKey{Namespace: lb.Namespace, Name: ref.Name}
+	if r.cpWatches.ensure(ctx, mapping.GroupVersionKind) && r.cpWatches.synced(ctx, mapping.GroupVersionKind) {
+		// The watch's cache holds the control plane's metadata: unchanged since we last looked
+		// means nothing to do, whatever we found then.
+		pm := &metav1.PartialObjectMetadata{}
+		pm.SetGroupVersionKind(mapping.GroupVersionKind)
+		switch err := r.Client.Get(ctx, key, pm); {
+		case apierrors.IsNotFound(err):
+			r.cpPublished.Delete(lb.UID)
+			return nil // the watch reports its creation
+		case err == nil && memo.ref == refKey && memo.resourceVersion == pm.GetResourceVersion():
+			return nil
+		}
+	} else {
+		// No (synced) watch: the manager may not list this kind, or its cache is still filling.
+		if memo.ref == refKey && memo.inSync {
+			return nil
+		}
+		s.requeueAfter(controlPlaneRecheck)
+	}
+
 	cp := &unstructured.Unstructured{}
 	cp.SetGroupVersionKind(mapping.GroupVersionKind)
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: ref.Name}, cp); err != nil {
+	if err := r.APIReader.Get(ctx, key, cp); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.cpPublished.Delete(lb.UID)
+			s.requeueAfter(controlPlaneRecheck)
 			return nil
 		}
 		return fmt.Errorf("reading control plane %s %s/%s: %w", ref.Kind, lb.Namespace, ref.Name, err)
 	}
+	remember := func(rv string, inSync bool) {
+		r.cpPublished.Store(lb.UID, cpMemo{ref: refKey, resourceVersion: rv, inSync: inSync})
+	}
 	lbRef, found, err := unstructured.NestedMap(cp.Object, "spec", "loadBalancerRef")
 	if err != nil || !found || !loadBalancerRefNames(lbRef, lb) {
-		r.cpPublished.Store(lb.UID, memo)
+		remember(cp.GetResourceVersion(), false)
 		return nil
 	}
 	host, _, _ := unstructured.NestedString(cp.Object, "spec", "controlPlaneEndpoint", "host")
 	port, _, _ := unstructured.NestedInt64(cp.Object, "spec", "controlPlaneEndpoint", "port")
 	if host != "" || port != 0 {
-		if host != lb.Status.Endpoint.Host || port != int64(lb.Status.Endpoint.Port) {
+		inSync := host == lb.Status.Endpoint.Host && port == int64(lb.Status.Endpoint.Port)
+		if !inSync && !memo.inSync && memo.resourceVersion != cp.GetResourceVersion() {
 			log.Info("Control plane already has another endpoint; leaving it", "host", host, "port", port)
 		}
-		r.cpPublished.Store(lb.UID, memo)
+		remember(cp.GetResourceVersion(), inSync)
 		return nil
 	}
 	body, err := json.Marshal(map[string]any{
@@ -298,9 +354,15 @@ func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *s
 		return err
 	}
 	if err := r.Client.Patch(ctx, cp, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsConflict(err) {
+			// The control plane changed since we read it: look again, as the Cluster path does.
+			log.V(1).Info("Control plane changed while publishing the endpoint; retrying")
+			s.requeueAfter(clusterConflictRetry)
+			return nil
+		}
 		return fmt.Errorf("publishing the endpoint to control plane %s %s/%s: %w", ref.Kind, lb.Namespace, ref.Name, err)
 	}
-	r.cpPublished.Store(lb.UID, memo)
+	remember(cp.GetResourceVersion(), true)
 	r.Metrics.endpointPublished.WithLabelValues("ControlPlane").Inc()
 	r.event(lb, cp, false, lbv1.EventControlPlaneEndpointSet, "Publish", "set %s %s spec.controlPlaneEndpoint to %s:%d",
 		ref.Kind, ref.Name, lb.Status.Endpoint.Host, lb.Status.Endpoint.Port)

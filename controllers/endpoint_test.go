@@ -39,21 +39,32 @@ func TestDecideAdoption(t *testing.T) {
 		wasInSync            bool
 		adopt                bool
 		refusal              string
+		publishedByUs        bool
+		members              []string
 	}{
-		{"host empty, Cluster preset → adopt", ep("", 0), ep("", 0), ep("api.example.com", 443), false, true, ""},
-		{"host empty, spec port equal → adopt", ep("", 443), ep("", 0), ep("api.example.com", 443), false, true, ""},
-		{"host set → never adopt", ep("10.0.0.1", 0), ep("10.0.0.1", 6443), ep("api.example.com", 443), false, false, ""},
-		{"Cluster empty → nothing to adopt", ep("", 0), ep("", 0), ep("", 0), false, false, ""},
-		{"Cluster half-set → nothing to adopt", ep("", 0), ep("", 0), ep("api.example.com", 0), false, false, ""},
-		{"Cluster equals our published endpoint → in sync", ep("", 0), ep("10.0.0.1", 6443), ep("10.0.0.1", 6443), false, false, ""},
-		{"we published before and our endpoint moved → no adoption", ep("", 0), ep("10.0.0.2", 6443), ep("10.0.0.1", 6443), true, false, ""},
-		{"spec port conflicts → refused", ep("", 6443), ep("", 0), ep("api.example.com", 443), false, false, "another port"},
-		{"Cluster host not acceptable to our schema → refused", ep("", 0), ep("", 0), ep("API.Example.com", 443), false, false, "lower-case"},
+		{"host empty, Cluster preset → adopt", ep("", 0), ep("", 0), ep("api.example.com", 443), false, true, "", false, nil},
+		{"host empty, spec port equal → adopt", ep("", 443), ep("", 0), ep("api.example.com", 443), false, true, "", false, nil},
+		{"host set → never adopt", ep("10.0.0.1", 0), ep("10.0.0.1", 6443), ep("api.example.com", 443), false, false, "", false, nil},
+		{"Cluster empty → nothing to adopt", ep("", 0), ep("", 0), ep("", 0), false, false, "", false, nil},
+		{"Cluster half-set → nothing to adopt", ep("", 0), ep("", 0), ep("api.example.com", 0), false, false, "", false, nil},
+		{"Cluster equals our published endpoint → in sync", ep("", 0), ep("10.0.0.1", 6443), ep("10.0.0.1", 6443), false, false, "", false, nil},
+		{"we published before and our endpoint moved → no adoption", ep("", 0), ep("10.0.0.2", 6443), ep("10.0.0.1", 6443), true, false, "", false, nil},
+		{"spec port conflicts → refused", ep("", 6443), ep("", 0), ep("api.example.com", 443), false, false, "another port", false, nil},
+		{"Cluster host not acceptable to our schema → refused", ep("", 0), ep("", 0), ep("API.Example.com", 443), false, false, "lower-case", false, nil},
+		{"IPv4-mapped IPv6 (CEL's isIP rejects it) → refused", ep("", 0), ep("", 0), ep("::ffff:10.0.0.1", 443), false, false, "not an IP address", false, nil},
+		// A crash between the Cluster patch and the status patch: condition and status lost.
+		{"our own earlier publication → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "published by this LoadBalancer", true, nil},
+		{"one of our members' addresses → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "one of this LoadBalancer's members", false, []string{"10.0.0.7"}},
+		{"an address that is no member's → adopt", ep("", 0), ep("", 0), ep("10.0.0.9", 6443), false, true, "", false, []string{"10.0.0.7"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			adopt, refusal := decideAdoption(tt.spec, tt.status, tt.theirs, tt.wasInSync)
+			addrs := map[string]bool{}
+			for _, a := range tt.members {
+				addrs[a] = true
+			}
+			adopt, refusal := decideAdoption(tt.spec, tt.status, tt.theirs, tt.wasInSync, tt.publishedByUs, addrs)
 			g.Expect(adopt).To(Equal(tt.adopt))
 			if tt.refusal == "" {
 				g.Expect(refusal).To(BeEmpty())

@@ -37,6 +37,25 @@ func (r *LoadBalancerReconciler) event(lb *lbv1.LoadBalancer, related client.Obj
 // Machines then costs one TargetActive event, not six.
 type eventBatch struct {
 	groups []*eventGroup
+	// onMembers are the same events regarding the member itself, so that `kubectl describe
+	// machine` (or node) tells the member's story. Only transitions a person looking at one
+	// member cares about go there (see memberEventReasons); a member joining does not, which keeps
+	// creating thousands of LoadBalancers from doubling the event writes.
+	onMembers []memberEvent
+}
+
+type memberEvent struct {
+	obj            client.Object
+	warning        bool
+	reason, action string
+	note           string
+}
+
+// memberEventReasons are the reasons also recorded regarding the member.
+var memberEventReasons = map[string]bool{
+	lbv1.EventTargetLeftRotation: true, lbv1.EventTargetDisabling: true, lbv1.EventTargetDisabled: true,
+	lbv1.EventTargetEnabled: true, lbv1.EventTargetRemoving: true, lbv1.EventTargetRemoved: true,
+	lbv1.EventTargetReleased: true, lbv1.EventQuiesceTimeout: true,
 }
 
 type eventGroup struct {
@@ -47,6 +66,9 @@ type eventGroup struct {
 }
 
 func (b *eventBatch) add(related client.Object, warning bool, reason, action, note string) {
+	if related != nil && memberEventReasons[reason] {
+		b.onMembers = append(b.onMembers, memberEvent{obj: related, warning: warning, reason: reason, action: action, note: note})
+	}
 	for _, g := range b.groups {
 		if g.reason == reason && g.warning == warning {
 			g.notes = append(g.notes, note)
@@ -61,5 +83,15 @@ func (b *eventBatch) add(related client.Object, warning bool, reason, action, no
 func (r *LoadBalancerReconciler) flush(lb *lbv1.LoadBalancer, b *eventBatch) {
 	for _, g := range b.groups {
 		r.event(lb, g.related, g.warning, g.reason, g.action, "%s", strings.Join(g.notes, "; "))
+	}
+	if r.Recorder == nil {
+		return
+	}
+	for _, e := range b.onMembers {
+		typ := corev1.EventTypeNormal
+		if e.warning {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(e.obj, lb, typ, e.reason, e.action, "LoadBalancer %s: %s", lb.Name, e.note)
 	}
 }

@@ -49,7 +49,9 @@ func memberOfValues(obj client.Object) []string {
 	return out
 }
 
-func setupIndexes(ctx context.Context, fi client.FieldIndexer) error {
+// setupIndexes registers the cache indexes. Nodes are indexed only with Node targets enabled: an
+// index starts an informer, and the manager has no access to Nodes otherwise.
+func setupIndexes(ctx context.Context, fi client.FieldIndexer, nodeTargets bool) error {
 	indexes := []struct {
 		obj   client.Object
 		field string
@@ -74,7 +76,13 @@ func setupIndexes(ctx context.Context, fi client.FieldIndexer) error {
 			return nil
 		}},
 		{&clusterv1.Machine{}, indexMemberOf, memberOfValues},
-		{&corev1.Node{}, indexMemberOf, memberOfValues},
+	}
+	if nodeTargets {
+		indexes = append(indexes, struct {
+			obj   client.Object
+			field string
+			fn    client.IndexerFunc
+		}{&corev1.Node{}, indexMemberOf, memberOfValues})
 	}
 	for _, ix := range indexes {
 		if err := fi.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {

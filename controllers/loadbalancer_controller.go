@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,8 +34,7 @@ import (
 // +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=*,verbs=get;patch
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kubeadmcontrolplanes;kthreescontrolplanes;rke2controlplanes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
 
 // LoadBalancerReconciler reconciles LoadBalancers: it picks the members, runs each member's
@@ -56,10 +56,16 @@ type LoadBalancerReconciler struct {
 	Metrics *Metrics
 	// Now returns the current time; tests fix it.
 	Now func() time.Time
+	// NodeTargetsNamespace is the only namespace whose LoadBalancers may target Nodes; empty
+	// disables Node targets (see node_targets.go).
+	NodeTargetsNamespace string
 
-	// cpPublished remembers, per LoadBalancer UID, the control-plane object and endpoint last
-	// found in sync, to spare a live GET per reconcile. Losing it (a restart) costs one GET.
+	// cpPublished remembers, per LoadBalancer UID, a cpMemo: the control plane last looked at
+	// and whether our endpoint is on it, to spare a live GET per reconcile. Losing it (a restart)
+	// costs one GET.
 	cpPublished sync.Map
+	// cpWatches adds a metadata watch per control-plane kind met (see controlPlaneWatches).
+	cpWatches *controlPlaneWatches
 	// claimsReported remembers which claimed members were reported (see firstClaimReport).
 	claimsReported sync.Map
 	// pending holds, per LoadBalancer, the status last written until the cache shows it
@@ -88,6 +94,8 @@ type scope struct {
 	ensureErr error
 	hooksHeld int
 	requeue   time.Duration
+	// reconcileErr is what the phases returned; a lasting one makes Ready False.
+	reconcileErr error
 }
 
 func (s *scope) requeueAfter(d time.Duration) {
@@ -134,7 +142,7 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(lb.Namespace, lb.Spec.ClusterName))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	s := &scope{lb: lb, kind: kindFor(lb, r.Client)}
+	s := &scope{lb: lb, kind: r.memberKindFor(lb)}
 	if lb.Spec.ClusterName != "" {
 		cluster := &clusterv1.Cluster{}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: lb.Spec.ClusterName}, cluster)
@@ -169,6 +177,7 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	s.paused = pausedCond.Status == metav1.ConditionTrue
 
 	defer func() {
+		s.reconcileErr = reterr
 		r.updateStatus(ctx, s)
 		if reterr == nil && !s.paused {
 			lb.Status.ObservedGeneration = lb.Generation
@@ -195,9 +204,11 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 // reconcileNormal runs the phases of a LoadBalancer that is not being deleted.
 func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) error {
-	if s.invalid = Validate(s.lb, r.Backends); len(s.invalid) > 0 {
+	s.invalid = append(nodeTargetErrors(s.lb, r.NodeTargetsNamespace), Validate(s.lb, r.Backends)...)
+	if len(s.invalid) > 0 {
 		return r.reconcileInvalid(ctx, s)
 	}
+	ensureClusterOwnerRef(s.lb, s.cluster)
 	b, err := r.Backends.Get(s.lb.Spec.Backend.Kind())
 	if err != nil {
 		return err // Validate checked it; unreachable unless the registry changed.
@@ -206,9 +217,6 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	s.lb.Status.Backend = b.Kind()
 
 	var errs []error
-	if err := r.reconcileAdoption(ctx, s); err != nil {
-		errs = append(errs, err)
-	}
 	if err := r.reconcileMembers(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
@@ -232,23 +240,51 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 func (r *LoadBalancerReconciler) patchLoadBalancer(ctx context.Context, helper *patch.Helper, before, lb *lbv1.LoadBalancer) error {
 	status := lb.Status.DeepCopy()
 	lb.Status = *before.Status.DeepCopy()
-	if err := helper.Patch(ctx, lb); err != nil {
-		lb.Status = *status
-		return err
-	}
+	// A failed metadata/spec patch (an adopted endpoint the API server refuses, a webhook, a
+	// conflict) must not also cost the status: it explains what went wrong and carries the members'
+	// states, so it is written regardless and the spec error is returned with it.
+	specErr := helper.Patch(ctx, lb)
 	lb.Status = *status
+	if specErr != nil {
+		specErr = fmt.Errorf("patching LoadBalancer metadata and spec: %w", specErr)
+	}
 	if statusJSON(lb) == statusJSON(before) {
-		return nil
+		return specErr
 	}
 	base := before.DeepCopy()
 	base.ObjectMeta = *lb.ObjectMeta.DeepCopy()
 	base.Spec = *lb.Spec.DeepCopy()
 	if err := r.Client.Status().Patch(ctx, lb, client.MergeFrom(base)); err != nil {
 		if apierrors.IsNotFound(err) && !lb.DeletionTimestamp.IsZero() && len(lb.Finalizers) == 0 {
-			return nil // deleted once our finalizer went
+			return specErr // deleted once our finalizer went
 		}
-		return fmt.Errorf("patching LoadBalancer status: %w", err)
+		return errors.Join(specErr, fmt.Errorf("patching LoadBalancer status: %w", err))
 	}
 	r.remember(lb)
-	return nil
+	return specErr
+}
+
+// ensureClusterOwnerRef makes the Cluster an owner (not the controller) of the LoadBalancer, so
+// that `clusterctl move` takes it along with the Cluster and deleting the Cluster deletes it; its
+// finalizer still releases the hooks first. The patch helper writes it with the reconcile's
+// other metadata changes.
+func ensureClusterOwnerRef(lb *lbv1.LoadBalancer, cluster *clusterv1.Cluster) {
+	if cluster == nil || cluster.UID == "" {
+		return
+	}
+	refs := lb.GetOwnerReferences()
+	for i, ref := range refs {
+		if ref.Kind == "Cluster" && ref.Name == cluster.Name && strings.HasPrefix(ref.APIVersion, clusterv1.GroupVersion.Group+"/") {
+			if ref.UID == cluster.UID && ref.APIVersion == clusterv1.GroupVersion.String() {
+				return
+			}
+			// A Cluster recreated under the same name, or an older API version: point at this one.
+			refs[i].UID, refs[i].APIVersion = cluster.UID, clusterv1.GroupVersion.String()
+			lb.SetOwnerReferences(refs)
+			return
+		}
+	}
+	lb.SetOwnerReferences(append(refs, metav1.OwnerReference{
+		APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster", Name: cluster.Name, UID: cluster.UID,
+	}))
 }

@@ -26,6 +26,7 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 		return err
 	}
 	s.members, s.gathered = members, true
+	r.reconcileAdoption(ctx, s)
 
 	mid := map[string]record{}
 	for _, m := range members {
@@ -44,7 +45,7 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 
 	es, err := s.backend.Ensure(ctx, lb, backendMembers(members))
 	s.ensured = true
-	known := err == nil
+	known := err == nil && !es.RotationUnknown
 	if err != nil {
 		s.ensureErr = fmt.Errorf("backend %s: ensuring the endpoint: %w", s.backend.Kind(), err)
 		r.event(lb, nil, true, lbv1.EventBackendError, "Ensure", "%v", s.ensureErr)
@@ -59,6 +60,9 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 			s.endpoint.Endpoint = es.Endpoint
 		}
 		s.requeueAfter(es.RequeueAfter)
+		for _, c := range es.Conditions {
+			conditions.Set(lb, c)
+		}
 		for _, e := range es.Events {
 			r.event(lb, nil, e.Warning, e.Reason, "Ensure", "%s", e.Message)
 		}
@@ -227,6 +231,7 @@ func backendMembers(members []*member) []providers.Member {
 func toBackendMember(m *member) providers.Member {
 	return providers.Member{
 		Name:      m.name,
+		NodeName:  m.facts.nodeName,
 		Address:   m.facts.address,
 		Addresses: m.facts.addresses,
 		Ready:     m.facts.ready,
@@ -277,8 +282,10 @@ func (r *LoadBalancerReconciler) reconcileInvalid(ctx context.Context, s *scope)
 			errs = append(errs, err)
 			continue
 		}
-		r.event(lb, obj, true, lbv1.EventTargetRemoved, "Remove",
-			"%s %s is being deleted while the spec is invalid: released its pre-drain hook without quiescing", s.kind.kind(), f.name)
+		b := &eventBatch{}
+		b.add(obj, true, lbv1.EventTargetRemoved, "Remove", fmt.Sprintf(
+			"%s %s is being deleted while the spec is invalid: released its pre-drain hook without quiescing", s.kind.kind(), f.name))
+		r.flush(lb, b)
 		for i := range lb.Status.Targets {
 			if lb.Status.Targets[i].Name == f.name {
 				lb.Status.Targets[i].State = lbv1.TargetRemoved

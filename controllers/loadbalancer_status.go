@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
@@ -42,7 +43,18 @@ func (r *LoadBalancerReconciler) updateStatus(_ context.Context, s *scope) {
 		conditions.Set(lb, targetsCondition(lb, s.kind.kind()))
 	}
 	if len(s.invalid) == 0 {
-		conditions.Set(lb, readyCondition(lb))
+		ready := readyCondition(lb)
+		if err := s.reconcileErr; err != nil && !apierrors.IsConflict(err) {
+			// A write that failed (RBAC, admission, an unreachable API) means hooks or the
+			// endpoint may not be where status.targets says: never report Ready over it.
+			msg := err.Error()
+			if len(msg) > 900 {
+				msg = msg[:897] + "..."
+			}
+			ready = metav1.Condition{Type: lbv1.ReadyCondition, Status: metav1.ConditionFalse,
+				Reason: lbv1.ReconcileErrorReason, Message: msg}
+		}
+		conditions.Set(lb, ready)
 	}
 	if s.gathered || len(s.invalid) > 0 {
 		// Only when the members were looked at: a failed gather knows no hook count.

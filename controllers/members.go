@@ -40,6 +40,8 @@ type facts struct {
 	address   string            // by addressPreference
 	// cluster is the Machine's spec.clusterName ("" for Nodes).
 	cluster string
+	// nodeName is the Machine's status.nodeRef name, or the Node's own name.
+	nodeName string
 }
 
 // memberKind hides the difference between Machine and Node members.
@@ -191,6 +193,7 @@ func (k machineKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 	m := obj.(*clusterv1.Machine)
 	f := commonFacts(lb, obj)
 	f.cluster = m.Spec.ClusterName
+	f.nodeName = m.Status.NodeRef.Name
 	f.ready = conditions.IsTrue(m, clusterv1.ReadyCondition)
 	f.addresses = addressesByType(m.Status.Addresses, func(a clusterv1.MachineAddress) (string, string) { return string(a.Type), a.Address })
 	f.address = pickAddress(f.addresses)
@@ -231,6 +234,7 @@ func (k nodeKind) get(ctx context.Context, _ *lbv1.LoadBalancer, name string) (c
 func (k nodeKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 	n := obj.(*corev1.Node)
 	f := commonFacts(lb, obj)
+	f.nodeName = n.Name
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			f.ready = c.Status == corev1.ConditionTrue

@@ -43,7 +43,7 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 		WithStatusSubresource(&lbv1.LoadBalancer{}, &clusterv1.Machine{}, &clusterv1.Cluster{}).
 		WithObjects(objs...)
 	rec := &recordingIndexer{}
-	if err := setupIndexes(context.Background(), rec); err != nil {
+	if err := setupIndexes(context.Background(), rec, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, ix := range rec.ixs {

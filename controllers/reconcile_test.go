@@ -2,16 +2,23 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
@@ -383,12 +390,27 @@ func TestNodeTargets(t *testing.T) {
 	lb.Spec.HealthCheck.Disabled = true
 	h := newHarness(t, testNode("n1", "10.0.0.1", true, true), testNode("n2", "10.0.0.2", false, true), lb)
 	g := h.g
+	// Fenced by default: no Node is touched and the spec is refused.
 	h.reconcile("lb")
 	got := h.lb("lb")
+	g.Expect(targetStates(got)).To(BeEmpty())
+	g.Expect(conditions.GetReason(got, lbv1.ReadyCondition)).To(Equal(lbv1.InvalidSpecReason))
+	g.Expect(conditions.GetMessage(got, lbv1.ReadyCondition)).To(ContainSubstring("Node targets are disabled on this manager"))
+	n := testNode("", "", false, false)
+	g.Expect(h.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n)).To(Succeed())
+	g.Expect(n.Annotations).To(BeEmpty())
+
+	// Another namespace than the allowed one: still refused.
+	h.r.NodeTargetsNamespace = "caplb-system"
+	h.reconcile("lb")
+	g.Expect(conditions.GetMessage(h.lb("lb"), lbv1.ReadyCondition)).To(ContainSubstring(`only for LoadBalancers in namespace "caplb-system"`))
+
+	h.r.NodeTargetsNamespace = lb.Namespace
+	h.reconcile("lb")
+	got = h.lb("lb")
 	g.Expect(targetStates(got)).To(Equal(map[string]lbv1.TargetState{"n1": lbv1.TargetActive}))
 	g.Expect(got.Status.Endpoint.Host).To(Equal("10.0.0.1"))
 	g.Expect(conditions.GetReason(got, lbv1.ClusterEndpointCondition)).To(Equal(lbv1.NoClusterReason))
-	n := testNode("", "", false, false)
 	g.Expect(h.c.Get(context.Background(), client.ObjectKey{Name: "n1"}, n)).To(Succeed())
 	g.Expect(n.Annotations).To(Equal(map[string]string{lbv1.NameAnnotation: "ns/lb", lbv1.StatusAnnotation: "active"}),
 		"Nodes get no deletion hook")
@@ -414,4 +436,107 @@ func seriesCount(c prometheus.Collector) int {
 	c.Collect(ch)
 	close(ch)
 	return len(ch)
+}
+
+// A refused metadata/spec patch does not stop the status from being written: an adopted
+// endpoint that the API server rejects must not freeze status.targets and the conditions.
+func TestStatusWrittenWhenSpecPatchFails(t *testing.T) {
+	cluster := testCluster("c")
+	cluster.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "api.example.com", Port: 6443}
+	lb := testLB("lb", "c")
+	lb.Spec.HealthCheck.Disabled = true
+	h := newHarness(t, cluster, testMachine("m1", "c", "10.0.0.1", true, true), lb)
+	g := h.g
+	// Every patch of the LoadBalancer except its status fails.
+	h.r.Client = interceptor.NewClient(h.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*lbv1.LoadBalancer); ok {
+				return apierrors.NewInvalid(lbv1.GroupVersion.WithKind("LoadBalancer").GroupKind(), obj.GetName(), nil)
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	_, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(lb)})
+	g.Expect(err).To(MatchError(ContainSubstring("patching LoadBalancer metadata and spec")))
+	got := h.lb("lb")
+	g.Expect(got.Spec.Endpoint.Host).To(BeEmpty(), "the spec patch was refused")
+	g.Expect(targetStates(got)).To(Equal(map[string]lbv1.TargetState{"m1": lbv1.TargetActive}), "status written all the same")
+	g.Expect(got.Status.Endpoint.Host).To(Equal("api.example.com"))
+}
+
+// Member transitions a person looking at one Machine cares about are recorded regarding the
+// Machine too (kubectl describe machine), not only regarding the LoadBalancer; a member joining is
+// not (it would double the event writes when thousands of LoadBalancers are created).
+func TestMemberEventsOnTheMachine(t *testing.T) {
+	h := newHarness(t, testCluster("c1"), testMachine("m1", "c1", "10.0.0.1", true, true),
+		testMachine("m2", "c1", "10.0.0.2", true, true), testLB("lb", "c1"))
+	g := h.g
+	rec := &regardingRecorder{}
+	h.r.Recorder = rec
+	h.reconcile("lb")
+	g.Expect(rec.on("Machine", "m2")).To(BeEmpty(), "joining is told on the LoadBalancer only")
+	h.annotate("m2", lbv1.DisabledAnnotation, "true", false)
+	h.reconcile("lb")
+	g.Expect(rec.on("Machine", "m2")).To(ContainElement(And(ContainSubstring(lbv1.EventTargetDisabling), ContainSubstring("LoadBalancer lb"))))
+	g.Expect(rec.on("Machine", "m1")).To(BeEmpty())
+}
+
+// regardingRecorder keeps each event's regarding object.
+type regardingRecorder struct{ got []string }
+
+func (r *regardingRecorder) Eventf(regarding, _ runtime.Object, typ, reason, _, note string, args ...any) {
+	o, _ := regarding.(client.Object)
+	kind := fmt.Sprintf("%T", regarding)
+	r.got = append(r.got, fmt.Sprintf("%s|%s|%s %s %s", kind, o.GetName(), typ, reason, fmt.Sprintf(note, args...)))
+}
+
+func (r *regardingRecorder) on(kind, name string) []string {
+	var out []string
+	for _, e := range r.got {
+		if strings.HasPrefix(e, "*v1beta2."+kind+"|"+name+"|") || strings.HasPrefix(e, "*v1."+kind+"|"+name+"|") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// The Cluster owns its LoadBalancer (clusterctl move and Cluster deletion take it along); a
+// recreated Cluster of the same name takes the reference over.
+func TestClusterOwnsLoadBalancer(t *testing.T) {
+	c := testCluster("c1")
+	c.UID = "uid-1"
+	h := newHarness(t, c, testLB("lb", "c1"))
+	g := h.g
+	h.reconcile("lb")
+	refs := h.lb("lb").OwnerReferences
+	g.Expect(refs).To(HaveLen(1))
+	g.Expect(refs[0].Kind).To(Equal("Cluster"))
+	g.Expect(refs[0].UID).To(BeEquivalentTo("uid-1"))
+	g.Expect(refs[0].Controller).To(BeNil(), "an owner, not the controller")
+
+	lb := h.lb("lb")
+	ensureClusterOwnerRef(lb, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "c1", UID: "uid-2"}})
+	g.Expect(lb.OwnerReferences).To(HaveLen(1))
+	g.Expect(lb.OwnerReferences[0].UID).To(BeEquivalentTo("uid-2"))
+}
+
+// A member write the API server refuses (RBAC) makes Ready False with the error, instead of
+// reporting a Ready LoadBalancer whose hooks are not in place.
+func TestReadyFalseWhenMemberWritesFail(t *testing.T) {
+	h := newHarness(t, testCluster("c1"), testMachine("m1", "c1", "10.0.0.1", true, true), testLB("lb", "c1"))
+	g := h.g
+	h.r.Client = interceptor.NewClient(h.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*clusterv1.Machine); ok {
+				return apierrors.NewForbidden(clusterv1.GroupVersion.WithResource("machines").GroupResource(), obj.GetName(), errors.New("RBAC: access denied"))
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	_, err := h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: "lb"}})
+	g.Expect(err).To(HaveOccurred())
+	got := h.lb("lb")
+	g.Expect(conditions.IsTrue(got, lbv1.ReadyCondition)).To(BeFalse())
+	g.Expect(conditions.GetReason(got, lbv1.ReadyCondition)).To(Equal(lbv1.ReconcileErrorReason))
+	g.Expect(conditions.GetMessage(got, lbv1.ReadyCondition)).To(ContainSubstring("forbidden"))
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -48,12 +49,16 @@ type Options struct {
 	SkipNameValidation bool
 	// Now is the clock; nil means time.Now. Tests that fix it should fix the backends' too.
 	Now func() time.Time
+	// NodeTargetsNamespace enables LoadBalancers with targetKind Node, only in this namespace
+	// (the manager's own); empty disables them and the manager does not watch Nodes.
+	NodeTargetsNamespace string
 }
 
-// AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events), CAPI
-// core v1beta2 (Clusters, Machines) and caplb's LoadBalancer.
+// AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events,
+// Secrets), CAPI core v1beta2 (Clusters, Machines), CAPI IPAM v1beta2 (the VIP backends'
+// IPAddressClaims) and caplb's LoadBalancer.
 func AddToScheme(s *runtime.Scheme) error {
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, lbv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, ipamv1.AddToScheme, lbv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return err
 		}
@@ -64,7 +69,7 @@ func AddToScheme(s *runtime.Scheme) error {
 // Setup registers the field indexes, the backends, the metrics and the LoadBalancer reconciler
 // on mgr. The manager's scheme must include AddToScheme's types.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer(), opts.NodeTargetsNamespace != ""); err != nil {
 		return err
 	}
 
@@ -103,6 +108,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Backends:   reg,
 		Metrics:    metrics,
 		Now:        opts.Now,
+
+		NodeTargetsNamespace: opts.NodeTargetsNamespace,
 	}
 	workers := opts.MaxConcurrentReconciles
 	if workers <= 0 {

@@ -68,18 +68,18 @@ func stepObserved(prev record, obs observation, now time.Time) (record, intent) 
 			// pre-drain hooks, and it would only leave again.
 			return record{}, intentIgnore
 		case obs.Disabled:
-			return record{State: lbv1.TargetDisabled, Since: now}, intentNone
+			return record{State: lbv1.TargetDisabled, Since: stamp(now)}, intentNone
 		default:
-			return record{State: lbv1.TargetAdding, Since: now}, intentNone
+			return record{State: lbv1.TargetAdding, Since: stamp(now)}, intentNone
 		}
 	}
 	if obs.Deleting {
 		switch prev.State {
 		case lbv1.TargetAdding, lbv1.TargetActive, lbv1.TargetDisabling:
-			return record{State: lbv1.TargetRemoving, Since: now}, intentQuiesce
+			return record{State: lbv1.TargetRemoving, Since: stamp(now)}, intentQuiesce
 		case lbv1.TargetDisabled:
 			// Already quiesced at the user's request: nothing left to drain.
-			return record{State: lbv1.TargetRemoved, Since: now}, intentNone
+			return record{State: lbv1.TargetRemoved, Since: stamp(now)}, intentNone
 		case lbv1.TargetRemoving:
 			return prev, intentQuiesce
 		default: // removed
@@ -92,7 +92,7 @@ func stepObserved(prev record, obs observation, now time.Time) (record, intent) 
 	switch prev.State {
 	case lbv1.TargetAdding, lbv1.TargetActive:
 		if obs.Disabled {
-			return record{State: lbv1.TargetDisabling, Since: now}, intentQuiesce
+			return record{State: lbv1.TargetDisabling, Since: stamp(now)}, intentQuiesce
 		}
 		return prev, intentNone
 	case lbv1.TargetDisabling:
@@ -109,12 +109,12 @@ func stepObserved(prev record, obs observation, now time.Time) (record, intent) 
 		// The object is not deleting (any more): a removal cannot be undone by CAPI, so this is a
 		// stale record (e.g. a new object with the same name). Start over.
 		if obs.Disabled {
-			return record{State: lbv1.TargetDisabled, Since: now}, intentNone
+			return record{State: lbv1.TargetDisabled, Since: stamp(now)}, intentNone
 		}
-		return record{State: lbv1.TargetAdding, Since: now}, intentNone
+		return record{State: lbv1.TargetAdding, Since: stamp(now)}, intentNone
 	default:
 		// Unknown state (hand-edited annotation): start over.
-		return record{State: lbv1.TargetAdding, Since: now}, intentNone
+		return record{State: lbv1.TargetAdding, Since: stamp(now)}, intentNone
 	}
 }
 
@@ -144,34 +144,34 @@ func stepBackend(cur record, in intent, res backendResult, now time.Time, timeou
 	switch cur.State {
 	case lbv1.TargetAdding:
 		if res.Known && res.InRotation {
-			return record{State: lbv1.TargetActive, Since: now}, outcomeNone
+			return record{State: lbv1.TargetActive, Since: stamp(now)}, outcomeNone
 		}
 	case lbv1.TargetActive:
 		if res.Known && !res.InRotation {
-			return record{State: lbv1.TargetAdding, Since: now}, outcomeNone
+			return record{State: lbv1.TargetAdding, Since: stamp(now)}, outcomeNone
 		}
 	case lbv1.TargetDisabling, lbv1.TargetDisabled:
 		if in == intentRestore {
 			if res.RestoreDone {
-				return record{State: lbv1.TargetAdding, Since: now}, outcomeNone
+				return record{State: lbv1.TargetAdding, Since: stamp(now)}, outcomeNone
 			}
 			return cur, outcomeNone
 		}
 		if cur.State == lbv1.TargetDisabling && in == intentQuiesce {
 			if res.QuiesceDone {
-				return record{State: lbv1.TargetDisabled, Since: now}, outcomeNone
+				return record{State: lbv1.TargetDisabled, Since: stamp(now)}, outcomeNone
 			}
 			if quiesceExpired(cur, now, timeout) {
-				return record{State: lbv1.TargetDisabled, Since: now}, outcomeTimedOut
+				return record{State: lbv1.TargetDisabled, Since: stamp(now)}, outcomeTimedOut
 			}
 		}
 	case lbv1.TargetRemoving:
 		if in == intentQuiesce {
 			if res.QuiesceDone {
-				return record{State: lbv1.TargetRemoved, Since: now}, outcomeNone
+				return record{State: lbv1.TargetRemoved, Since: stamp(now)}, outcomeNone
 			}
 			if quiesceExpired(cur, now, timeout) {
-				return record{State: lbv1.TargetRemoved, Since: now}, outcomeTimedOut
+				return record{State: lbv1.TargetRemoved, Since: stamp(now)}, outcomeTimedOut
 			}
 		}
 	}
@@ -237,4 +237,17 @@ func transitionEvent(from, to lbv1.TargetState) (reason string, warning bool) {
 		return lbv1.EventTargetAdded, false
 	}
 	return "", false
+}
+
+// stamp is the Since of a new state: now rounded up to the next whole second.
+// status.targets[].since has second precision (metav1.Time); a value read back from it must never
+// be earlier than the real transition, or a drain measured from it would end up to a second early
+// (after a manager restart, or on any reconcile that reads the record back). Rounding up makes a
+// drain end at most a second late, never early. (MicroTime would change the field's wire format,
+// which existing objects could not be read back in.)
+func stamp(now time.Time) time.Time {
+	if t := now.Truncate(time.Second); !t.Equal(now) {
+		return t.Add(time.Second)
+	}
+	return now
 }

@@ -1,10 +1,12 @@
 package controllers
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
@@ -165,4 +167,22 @@ func TestParseState(t *testing.T) {
 	g.Expect(parseState("removed")).To(Equal(lbv1.TargetRemoved))
 	g.Expect(parseState("Active")).To(BeEmpty())
 	g.Expect(parseState("")).To(BeEmpty())
+}
+
+// A Since written to status.targets (second precision) and read back is never earlier than the
+// real transition, so a drain measured from it never ends early.
+func TestStampNeverEarlierAfterRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	base := time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	for _, frac := range []time.Duration{0, time.Millisecond, 300 * time.Millisecond, 999 * time.Millisecond} {
+		now := base.Add(frac)
+		rec, _ := stepObserved(record{State: lbv1.TargetActive, Since: base.Add(-time.Hour)}, observation{Exists: true, Selected: true, Deleting: true}, now)
+		g.Expect(rec.State).To(Equal(lbv1.TargetRemoving))
+		b, err := json.Marshal(metav1.NewTime(rec.Since))
+		g.Expect(err).NotTo(HaveOccurred())
+		var back metav1.Time
+		g.Expect(json.Unmarshal(b, &back)).To(Succeed())
+		g.Expect(back.Time).NotTo(BeTemporally("<", now), "frac %v", frac)
+		g.Expect(back.Time).To(BeTemporally("<", now.Add(time.Second)), "frac %v", frac)
+	}
 }

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"fmt"
-	"net"
 
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -50,7 +49,7 @@ func Validate(lb *lbv1.LoadBalancer, reg *providers.Registry) field.ErrorList {
 			metav1validation.LabelSelectorValidationOptions{}, sp.Child("selector"))...)
 	}
 
-	if h := spec.Endpoint.Host; h != "" && !ValidHost(h) {
+	if h := spec.Endpoint.Host; h != "" && !lbv1.ValidHost(h) {
 		errs = append(errs, field.Invalid(sp.Child("endpoint", "host"), h,
 			"must be an IP address (10.0.0.10, fd00::10) or a lower-case DNS name (api.example.com), without scheme or port"))
 	}
@@ -74,6 +73,14 @@ func Validate(lb *lbv1.LoadBalancer, reg *providers.Registry) field.ErrorList {
 	}
 	if q.Timeout.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("quiesce", "timeout"), q.Timeout.Duration.String(), "must not be negative"))
+	}
+	if q.Timeout.Duration > lbv1.MaxQuiesceTimeout {
+		errs = append(errs, field.Invalid(sp.Child("quiesce", "timeout"), q.Timeout.Duration.String(),
+			fmt.Sprintf("must be at most %s: caplb never holds a Machine's deletion longer", lbv1.MaxQuiesceTimeout)))
+	}
+	if q.DrainPeriod != nil && q.DrainPeriod.Duration > lbv1.MaxDrainPeriod {
+		errs = append(errs, field.Invalid(sp.Child("quiesce", "drainPeriod"), q.DrainPeriod.Duration.String(),
+			fmt.Sprintf("must be at most %s", lbv1.MaxDrainPeriod)))
 	}
 	if q.EffectiveDrainPeriod() > q.EffectiveTimeout() {
 		errs = append(errs, field.Invalid(sp.Child("quiesce", "drainPeriod"), q.EffectiveDrainPeriod().String(),
@@ -100,13 +107,4 @@ func validPort(p *field.Path, port int32, optional bool) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, port, "must be a TCP port between 1 and 65535")}
 	}
 	return nil
-}
-
-// ValidHost reports whether h is acceptable as an endpoint host: an IP address or a lower-case
-// DNS name, the same rule as the CRD's CEL validation.
-func ValidHost(h string) bool {
-	if net.ParseIP(h) != nil {
-		return true
-	}
-	return len(validation.IsDNS1123Subdomain(h)) == 0
 }

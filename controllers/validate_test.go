@@ -99,9 +99,9 @@ func TestValidateUnknownBackend(t *testing.T) {
 func TestValidHost(t *testing.T) {
 	g := NewWithT(t)
 	for _, h := range []string{"10.0.0.1", "fd00::1", "api.example.com", "localhost"} {
-		g.Expect(ValidHost(h)).To(BeTrue(), h)
+		g.Expect(lbv1.ValidHost(h)).To(BeTrue(), h)
 	}
-	for _, h := range []string{"API.example.com", "http://x", "x:6443", "-x", ""} {
-		g.Expect(ValidHost(h)).To(BeFalse(), h)
+	for _, h := range []string{"API.example.com", "http://x", "x:6443", "-x", "", "::ffff:10.0.0.1", "fe80::1%eth0"} {
+		g.Expect(lbv1.ValidHost(h)).To(BeFalse(), h)
 	}
 }

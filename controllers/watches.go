@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -25,17 +26,27 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 		t := true
 		opts.SkipNameValidation = &t
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(opts).
 		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged)).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.machineToLoadBalancers),
 			builderPredicates(memberChanged(machineView))).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLoadBalancers),
-			builderPredicates(memberChanged(nodeView))).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
 			builderPredicates(clusterChanged)).
-		Complete(r)
+		// The VIP backends' IPAddressClaims: an allocation is published at once.
+		Owns(&ipamv1.IPAddressClaim{})
+	if r.NodeTargetsNamespace != "" {
+		// Only with Node targets enabled: otherwise the manager needs no access to Nodes at all.
+		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLoadBalancers),
+			builderPredicates(memberChanged(nodeView)))
+	}
+	c, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	r.cpWatches = &controlPlaneWatches{ctrl: c, cache: mgr.GetCache(), toRequests: r.controlPlaneToLoadBalancers}
+	return nil
 }
 
 // lbChanged passes LoadBalancer updates that need a reconcile: spec (generation), labels,
@@ -56,6 +67,7 @@ type memberView struct {
 	Ready               bool
 	Addresses           map[string]string
 	ClusterName         string
+	NodeName            string
 }
 
 func machineView(o client.Object) memberView {
@@ -64,7 +76,7 @@ func machineView(o client.Object) memberView {
 		return memberView{}
 	}
 	v := memberView{Labels: m.Labels, Annotations: m.Annotations, Deleting: !m.DeletionTimestamp.IsZero(),
-		Ready: conditions.IsTrue(m, clusterv1.ReadyCondition), ClusterName: m.Spec.ClusterName,
+		Ready: conditions.IsTrue(m, clusterv1.ReadyCondition), ClusterName: m.Spec.ClusterName, NodeName: m.Status.NodeRef.Name,
 		Addresses: map[string]string{}}
 	for _, a := range m.Status.Addresses {
 		v.Addresses[string(a.Type)+"/"+a.Address] = a.Address

@@ -6,6 +6,7 @@ import (
 	"context"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
@@ -15,6 +16,10 @@ import (
 type Member struct {
 	// Name of the member object (Machine or Node).
 	Name string
+	// NodeName is the name of the member's Node in the cluster it belongs to: the Machine's
+	// status.nodeRef (never assumed equal to the Machine's name), or the Node's own name for
+	// Node members. Empty while a Machine has no Node yet.
+	NodeName string
 	// Address the backend should use for the member, chosen by the controller from the
 	// member's addresses; empty when the member has none yet.
 	Address string
@@ -39,6 +44,14 @@ type EndpointStatus struct {
 	// InRotation lists the members the backend has put into rotation. The controller moves a
 	// member from adding to active only when the backend lists it here.
 	InRotation map[string]bool
+	// RotationUnknown says the backend could not tell which members are in rotation this time
+	// (e.g. the workload cluster, where the agents report, is unreachable): members keep their
+	// adding / active states instead of all dropping to adding.
+	RotationUnknown bool
+	// Conditions are backend-specific conditions (e.g. AddressAllocated, AgentsReady) the
+	// controller sets on the LoadBalancer as given. A backend reports the same types on every
+	// successful Ensure.
+	Conditions []metav1.Condition
 	// Events are notable changes (e.g. the published member moved) the controller turns into
 	// Kubernetes events on the LoadBalancer.
 	Events []Event

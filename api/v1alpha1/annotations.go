@@ -20,6 +20,11 @@ const (
 	// (any value). Removing it puts the member back.
 	DisabledAnnotation = "loadbalancer.cluster.x-k8s.io/disabled"
 
+	// EndpointPublishedByAnnotation is set on a Cluster, in the same patch that writes its
+	// spec.controlPlaneEndpoint, to the name of the LoadBalancer that wrote it. caplb never adopts
+	// an endpoint it published itself as if a person had chosen it.
+	EndpointPublishedByAnnotation = "loadbalancer.cluster.x-k8s.io/endpoint-published-by"
+
 	// HookOwner is the value of the deletion-hook annotations caplb places, so that a person
 	// reading a Machine can tell who holds it.
 	HookOwner = "loadbalancer.cluster.x-k8s.io"

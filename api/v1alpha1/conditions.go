@@ -27,6 +27,10 @@ const (
 	ReadyReason = "Ready"
 	// InvalidSpecReason: the spec failed validation; the message names the field and the fix.
 	InvalidSpecReason = "InvalidSpec"
+	// ReconcileErrorReason: a write the reconcile needed failed (RBAC, admission, the API
+	// unreachable): hooks, member annotations or the published endpoint may not be in place. The
+	// message carries the error.
+	ReconcileErrorReason = "ReconcileError"
 	// BackendErrorReason: the backend returned an error; the message carries it.
 	BackendErrorReason = "BackendError"
 

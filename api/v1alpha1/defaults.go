@@ -1,6 +1,12 @@
 package v1alpha1
 
-import "time"
+import (
+	"net/netip"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
 
 // Defaults applied when a field is left empty. The CRD's OpenAPI defaults carry the same values
 // so that `kubectl get -o yaml` shows them; the Go helpers below apply them again because
@@ -16,6 +22,11 @@ const (
 	DefaultDrainPeriod = 10 * time.Second
 	// DefaultQuiesceTimeout bounds the wait for a backend to confirm a quiesce.
 	DefaultQuiesceTimeout = 2 * time.Minute
+	// MaxQuiesceTimeout is the largest spec.quiesce.timeout accepted: no spec can hold a
+	// Machine's deletion longer than this.
+	MaxQuiesceTimeout = time.Hour
+	// MaxDrainPeriod is the largest spec.quiesce.drainPeriod accepted.
+	MaxDrainPeriod = 30 * time.Minute
 )
 
 // Target kinds accepted in spec.targetKind.
@@ -79,4 +90,15 @@ func (q Quiesce) EffectiveTimeout() time.Duration {
 		return q.Timeout.Duration
 	}
 	return DefaultQuiesceTimeout
+}
+
+// ValidHost reports whether h is acceptable as an endpoint host: an IP address or a lower-case DNS
+// name. It is the one address rule of caplb and matches the CRD's CEL rule exactly: CEL's isIP
+// rejects IPv4-mapped IPv6 (::ffff:10.0.0.1) and zones (fe80::1%eth0), so this does too;
+// accepting in Go what admission rejects would make every later spec patch fail.
+func ValidHost(h string) bool {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Zone() == "" && !a.Is4In6()
+	}
+	return len(validation.IsDNS1123Subdomain(h)) == 0 && !strings.Contains(h, ":")
 }

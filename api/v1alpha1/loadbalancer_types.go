@@ -9,17 +9,23 @@ import (
 const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 
 // LoadBalancerSpec selects the members of a control-plane load balancer and picks its backend.
+// Immutability is checked at this level, not on the optional fields themselves: the API server
+// skips a field's transition rule when the update removes the field, so a rule there would let
+// "remove spec.endpoint" move a published endpoint.
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.clusterName) == has(self.clusterName) && (!has(self.clusterName) || self.clusterName == oldSelf.clusterName)",message="spec.clusterName is immutable (removing it is a change too): create a new LoadBalancer for another Cluster"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.endpoint) || !has(oldSelf.endpoint.host) || size(oldSelf.endpoint.host) == 0 || (has(self.endpoint) && has(self.endpoint.host) && self.endpoint.host == oldSelf.endpoint.host)",message="spec.endpoint.host cannot change once set (removing it is a change too): it is baked into certificates and kubeconfigs; create a new LoadBalancer instead"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.endpoint) || !has(oldSelf.endpoint.port) || oldSelf.endpoint.port == 0 || (has(self.endpoint) && has(self.endpoint.port) && self.endpoint.port == oldSelf.endpoint.port)",message="spec.endpoint.port cannot change once set (removing it is a change too): it is baked into kubeconfigs; create a new LoadBalancer instead"
 // +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required when spec.targetKind.kind is Machine: set it to the name of the Cluster whose control plane this LoadBalancer fronts"
-// +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint.host) && self.endpoint.host != ”))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
-// +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint.host) && self.endpoint.host != ”))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
-// +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint.host) || self.endpoint.host == ” || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
 	// spec.controlPlaneEndpoint if that is empty.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.clusterName is immutable: create a new LoadBalancer for another Cluster"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.clusterName must be a Cluster name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters"
 	ClusterName string `json:"clusterName,omitempty"`
 
 	// targetKind is the kind of member object: CAPI Machines (the default) or Nodes, for
@@ -42,8 +48,6 @@ type LoadBalancerSpec struct {
 	// endpoint is the API endpoint clients use. Leave host empty to let the backend choose it
 	// (static: the address of one ready member). port defaults to targetPort.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.host) || oldSelf.host == '' || (has(self.host) && self.host == oldSelf.host)",message="spec.endpoint.host cannot change once set: it is baked into certificates and kubeconfigs; create a new LoadBalancer instead"
-	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.port) || oldSelf.port == 0 || (has(self.port) && self.port == oldSelf.port)",message="spec.endpoint.port cannot change once set: it is baked into kubeconfigs; create a new LoadBalancer instead"
 	Endpoint APIEndpoint `json:"endpoint,omitzero"`
 
 	// targetPort is the port the members' API servers listen on.
@@ -185,6 +189,8 @@ type HealthCheck struct {
 
 // Quiesce configures how a member leaves rotation.
 // +kubebuilder:validation:XValidation:rule="!has(self.drainPeriod) || !has(self.timeout) || duration(self.drainPeriod) <= duration(self.timeout)",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || duration(self.timeout) <= duration('1h')",message="spec.quiesce.timeout must be at most 1h: caplb never holds a Machine's deletion longer"
+// +kubebuilder:validation:XValidation:rule="!has(self.drainPeriod) || duration(self.drainPeriod) <= duration('30m')",message="spec.quiesce.drainPeriod must be at most 30m"
 type Quiesce struct {
 	// drainPeriod is how long in-flight connections may finish after a member left rotation
 	// before the backend reports it quiesced. "0s" means no drain; unset means the default.
@@ -248,7 +254,8 @@ type LoadBalancerStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused.
+	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused; with the
+	// arp and bgp backends also AddressAllocated and AgentsReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

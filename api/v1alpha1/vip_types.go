@@ -6,7 +6,7 @@ import (
 
 // ARPBackend serves the endpoint on a virtual IP that one elected member holds on the members'
 // L2 segment (gratuitous ARP / unsolicited NA). The node agents run from the bootstrap Secret the
-// controller renders (status.agentSecretName); see docs/backends/arp.md.
+// controller renders (<clusterName>-caplb-agent); see docs/backends/arp.md.
 type ARPBackend struct {
 	VIPBackend `json:",inline"`
 }

@@ -9,16 +9,25 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+
+	"github.com/caplb/caplb/cmd/internal/version"
 	"github.com/caplb/caplb/modes/agent"
 )
 
 func main() {
-	root := agent.NewCommand()
-	root.Use = "caplb-agent"
-	root.SilenceUsage, root.SilenceErrors = true, true
-	root.AddCommand(agent.NewCommand())
-	if err := root.Execute(); err != nil {
+	if err := newRootCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "caplb-agent:", err)
 		os.Exit(1)
 	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := agent.NewCommand()
+	root.Use = "caplb-agent"
+	root.SilenceUsage, root.SilenceErrors = true, true
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("caplb-agent {{.Version}}\n")
+	root.AddCommand(agent.NewCommand())
+	return root
 }

@@ -7,18 +7,26 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/caplb/caplb/cmd/internal/version"
 )
 
 func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "caplb:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "caplb",
 		Short:         "Control-plane load balancer provider for Cluster API",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 	}
-	root.AddCommand(newManagerCommand(), newAgentCommand())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "caplb:", err)
-		os.Exit(1)
-	}
+	root.SetVersionTemplate("caplb {{.Version}}\n")
+	root.AddCommand(newManagerCommand(), newAgentCommand(), newCleanupCommand())
+	return root
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/caplb/caplb/controllers"
+	"github.com/caplb/caplb/providers"
+	"github.com/caplb/caplb/providers/vip"
 )
 
 // leaderElectionID names the Lease the manager replicas elect a leader with.
@@ -32,6 +33,8 @@ type managerOptions struct {
 	qps                    float32
 	burst                  int
 	shutdownTimeout        time.Duration
+	nodeTargetsNamespace   string
+	agentImage             string
 	zap                    zap.Options
 }
 
@@ -54,9 +57,12 @@ func newManagerCommand() *cobra.Command {
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among manager replicas through a Lease, so that only one reconciles")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the manager's own namespace)")
 	fs.IntVar(&o.concurrency, "concurrency", controllers.DefaultMaxConcurrentReconciles, "LoadBalancers reconciled in parallel")
-	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (LoadBalancers, Machines, Clusters); Nodes are cluster-scoped and always watched")
+	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (LoadBalancers, Machines, Clusters); Nodes (cluster-scoped) are watched only with --node-targets-namespace")
 	fs.Float32Var(&o.qps, "kube-api-qps", 0, "client-side request rate limit to the API server; 0 leaves it off (API priority and fairness applies)")
 	fs.IntVar(&o.burst, "kube-api-burst", 0, "client-side burst, with --kube-api-qps")
+	fs.StringVar(&o.nodeTargetsNamespace, "node-targets-namespace", "", "accept LoadBalancers with targetKind Node, only in this namespace (the manager's own); "+
+		"needs the node-targets RBAC component. Empty (the default) disables Node targets")
+	fs.StringVar(&o.agentImage, "agent-image", "", "node agent image the arp and bgp backends put in the bootstrap Secret's static pod when a LoadBalancer's spec.backend.<kind>.agent.image is empty")
 	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	goFlags := flag.NewFlagSet("manager", flag.ContinueOnError)
 	ctrlconfig.RegisterFlags(goFlags) // --kubeconfig
@@ -83,14 +89,11 @@ func runManager(o managerOptions) error {
 	if err := controllers.AddToScheme(scheme); err != nil {
 		return err
 	}
-	cacheOpts := cache.Options{}
-	if o.namespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
-	}
 	shutdown := o.shutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         cacheOpts,
+		Cache:                         controllers.CacheOptions(o.namespace),
+		Client:                        controllers.ClientOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
@@ -104,7 +107,16 @@ func runManager(o managerOptions) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{MaxConcurrentReconciles: o.concurrency}); err != nil {
+	cc, err := controllers.SetupClusterCache(ctx, mgr, controllers.ControllerName, false)
+	if err != nil {
+		return err
+	}
+	vipOpts := vip.Options{Client: mgr.GetClient(), Workload: cc, AgentImage: o.agentImage}
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		MaxConcurrentReconciles: o.concurrency,
+		NodeTargetsNamespace:    o.nodeTargetsNamespace,
+		Backends:                []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
+	}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

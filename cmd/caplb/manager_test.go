@@ -47,7 +47,8 @@ func TestManagerCommand(t *testing.T) {
 	cmd := newManagerCommand()
 	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", metricsAddr,
 		"--health-probe-bind-address", probeAddr, "--concurrency", "2", "--leader-elect",
-		"--leader-election-namespace", "default", "--zap-log-level", "error"})
+		"--leader-election-namespace", "default", "--zap-log-level", "error",
+		"--agent-image", "registry.example/caplb:v0"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(context.Background()) }()
 
@@ -55,6 +56,8 @@ func TestManagerCommand(t *testing.T) {
 	g.Expect(get(probeAddr, "/healthz")).To(Equal(http.StatusOK))
 	g.Eventually(func() (string, error) { return body(metricsAddr, "/metrics") }, 30*time.Second, 100*time.Millisecond).
 		Should(ContainSubstring(`controller_runtime_active_workers{controller="loadbalancer"}`))
+	// The ClusterCache the VIP backends reach workload clusters through runs as a controller.
+	g.Expect(body(metricsAddr, "/metrics")).To(ContainSubstring(`controller_runtime_active_workers{controller="clustercache"}`))
 
 	g.Expect(syscall.Kill(os.Getpid(), syscall.SIGTERM)).To(Succeed())
 	select {

@@ -36,6 +36,9 @@ type Options struct {
 	// stdout/stderr, for debugging start failures. The environment variable
 	// KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT=true has the same effect.
 	AttachOutput bool
+	// WithoutCAPLBCRDs leaves caplb's own CRDs out, for a test that installs them itself (the
+	// install test applies the released components).
+	WithoutCAPLBCRDs bool
 }
 
 // Env is a running control plane. Call Stop when done, or the kube-apiserver
@@ -60,7 +63,7 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	crdPaths, err := crdPaths(opts.ExtraCRDPaths)
+	crdPaths, err := crdPaths(opts.ExtraCRDPaths, !opts.WithoutCAPLBCRDs)
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +107,13 @@ func (e *Env) Stop() error {
 
 // crdPaths assembles the CRD directories to install, in dependency order:
 // CAPI first since caplb's resources reference CAPI objects.
-func crdPaths(extra []string) ([]string, error) {
+func crdPaths(extra []string, withOwn bool) ([]string, error) {
 	paths, err := CAPICRDPaths()
 	if err != nil {
 		return nil, err
+	}
+	if !withOwn {
+		return append(paths, extra...), nil
 	}
 	root, err := RepoRoot()
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,6 +45,8 @@ type Options struct {
 	// 200 and 400: parallel tests poll every 100ms, which client-go's defaults (5, 10) throttle.
 	ClientQPS   float32
 	ClientBurst int
+	// WithoutCAPLBCRDs starts the control plane without caplb's CRDs (see envtest.Options).
+	WithoutCAPLBCRDs bool
 }
 
 // Env is a running test control plane and a client for it.
@@ -64,7 +67,7 @@ type Env struct {
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, lbv1.AddToScheme,
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, ipamv1.AddToScheme, lbv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("building scheme: %w", err)
@@ -93,7 +96,7 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}})
+	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}, WithoutCAPLBCRDs: opts.WithoutCAPLBCRDs})
 	if err != nil {
 		return nil, err
 	}

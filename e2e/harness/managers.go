@@ -20,6 +20,8 @@ import (
 
 	"github.com/caplb/caplb/controllers"
 	"github.com/caplb/caplb/e2e/testinfra"
+	"github.com/caplb/caplb/providers"
+	"github.com/caplb/caplb/providers/vip"
 )
 
 // stopTimeout bounds how long Stop waits for a manager to shut down.
@@ -151,7 +153,16 @@ func (e *Env) StartCAPI(ctx context.Context) (*Running, error) {
 type CAPLBOptions struct {
 	// MaxConcurrentReconciles for caplb's controllers; zero takes the controllers' default.
 	MaxConcurrentReconciles int
+	// NodeTargetsNamespace enables Node targets for LoadBalancers in this namespace (the
+	// manager's --node-targets-namespace).
+	NodeTargetsNamespace string
+	// ServiceAccount ("namespace/name"), when set, is impersonated by the manager: it then runs
+	// with exactly the RBAC bound to that account (see ApplyShippedRBAC) instead of as admin.
+	ServiceAccount string
 }
+
+// AgentImage is the agent image the test manager renders into bootstrap Secrets.
+const AgentImage = "registry.example/caplb:test"
 
 // StartCAPLB starts caplb's controllers in a manager of their own. Stop it and call StartCAPLB
 // again to simulate a restart of the caplb Deployment.
@@ -165,16 +176,41 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 	}
 	opts := e.managerOptions()
 	opts.Scheme = scheme
-	mgr, err := ctrl.NewManager(e.Config, opts)
+	opts.Cache = controllers.CacheOptions("")
+	opts.Client = controllers.ClientOptions()
+	cfg := e.Config
+	if o.ServiceAccount != "" {
+		cfg = ImpersonateServiceAccount(e.Config, o.ServiceAccount)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating caplb manager: %w", err)
 	}
+	cc, err := controllers.SetupClusterCache(ctx, mgr, controllers.ControllerName, true)
+	if err != nil {
+		return nil, err
+	}
+	controllers.ClusterCacheRetry(cc, 2*time.Second)
+	vipOpts := vip.Options{Client: mgr.GetClient(), Workload: cc, AgentImage: AgentImage,
+		PendingPoll: 200 * time.Millisecond, Resync: 2 * time.Second}
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		NodeTargetsNamespace:    o.NodeTargetsNamespace,
 		// A restarted manager registers the same controller name again in this process.
 		SkipNameValidation: true,
+		Backends:           []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
 	}); err != nil {
 		return nil, fmt.Errorf("setting up caplb controllers: %w", err)
 	}
-	return start(ctx, "caplb", mgr)
+	r, err := start(ctx, "caplb", mgr)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-r.ctx.Done()
+		if s, ok := cc.(interface{ Shutdown() }); ok {
+			s.Shutdown()
+		}
+	}()
+	return r, nil
 }

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -145,8 +146,8 @@ func testNodeTargets(t *testing.T, s *suite) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer apiservers.Close()
 	ctx := t.Context()
-	ns, err := s.env.CreateNamespace(ctx, "nodes")
-	g.Expect(err).NotTo(HaveOccurred())
+	// Node targets are accepted only in the manager's own namespace.
+	ns := nodeTargetsNS
 
 	pool := map[string]string{"caplb.test/pool": ns}
 	var nodes []string
@@ -238,4 +239,38 @@ func testHooksSkippedWithoutNode(t *testing.T, s *suite) {
 	_, err = s.env.WaitEvent(f.ctx, f.ns, "LoadBalancer", "lb", "Warning", lbv1.EventTargetGoneWithoutQuiesce, flowTimeout)
 	g.Expect(err).NotTo(HaveOccurred())
 	f.waitLB(t, "back to the three members", allActive(machineNames(ms)...))
+}
+
+// Node targets outside the manager's namespace are refused with a message that says where they
+// are accepted, and no Node is read, annotated or claimed for them — even with `selector: {}`.
+func testNodeTargetsFenced(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns, err := s.env.CreateNamespace(ctx, "tenant")
+	g.Expect(err).NotTo(HaveOccurred())
+	n, err := s.env.CreateNode(ctx, ns+"-n0", map[string]string{"caplb.test/pool": ns}, "127.0.0.9")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = s.env.Client.Delete(context.Background(), n) })
+	lb := &lbv1.LoadBalancer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lb"},
+		Spec: lbv1.LoadBalancerSpec{
+			TargetKind: lbv1.TargetKind{APIGroup: "", Kind: "Node"},
+			Selector:   &metav1.LabelSelector{},
+			Backend:    lbv1.Backend{Static: &lbv1.StaticBackend{}},
+		},
+	}
+	g.Expect(s.env.Client.Create(ctx, lb)).To(Succeed())
+	f := &fixture{s: s, ctx: ctx, ns: ns}
+	got := f.waitLB(t, "refused as InvalidSpec", func(lb *lbv1.LoadBalancer) bool {
+		c := meta.FindStatusCondition(lb.Status.Conditions, lbv1.ReadyCondition)
+		return c != nil && c.Reason == lbv1.InvalidSpecReason
+	})
+	msg := meta.FindStatusCondition(got.Status.Conditions, lbv1.ReadyCondition).Message
+	g.Expect(msg).To(And(ContainSubstring("spec.targetKind"), ContainSubstring(nodeTargetsNS)))
+	g.Expect(got.Status.Targets).To(BeEmpty())
+	g.Consistently(func(g Gomega) {
+		node := &corev1.Node{}
+		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(n), node)).To(Succeed())
+		g.Expect(node.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 }

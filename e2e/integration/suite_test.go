@@ -28,6 +28,13 @@ const (
 	flowTimeout = 45 * time.Second
 )
 
+// nodeTargetsNS plays the manager's own namespace: the only one whose LoadBalancers may target
+// Nodes.
+const nodeTargetsNS = "caplb-system"
+
+// caplbOptions is how every flow's caplb manager runs (restarts included).
+var caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS, ServiceAccount: harness.ShippedServiceAccount}
+
 // suite is the shared control plane and managers.
 type suite struct {
 	// ctx lives as long as the suite (a subtest's t.Context ends with the subtest).
@@ -66,7 +73,12 @@ func TestIntegration(t *testing.T) {
 	if s.capi, err = env.StartCAPI(ctx); err != nil {
 		t.Fatalf("starting CAPI reconcilers: %v", err)
 	}
-	if s.caplb, err = env.StartCAPLB(ctx, harness.CAPLBOptions{}); err != nil {
+	// The manager runs as its ServiceAccount under the RBAC config/rbac ships (and the
+	// node-targets component's): a missing verb fails a flow.
+	if err := env.ApplyShippedRBAC(ctx); err != nil {
+		t.Fatalf("applying the shipped RBAC: %v", err)
+	}
+	if s.caplb, err = env.StartCAPLB(ctx, caplbOptions); err != nil {
 		t.Fatalf("starting caplb manager: %v", err)
 	}
 
@@ -85,8 +97,15 @@ func TestIntegration(t *testing.T) {
 			{"HooksSkippedWithoutNode", testHooksSkippedWithoutNode},
 			{"PauseUnpause", testPause},
 			{"Admission", testAdmission},
+			{"Immutability", testImmutability},
+			{"ControlPlanePublication", testControlPlanePublication},
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
+			{"NodeTargetsFenced", testNodeTargetsFenced},
+			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
+			{"VIPMembership", testVIPMembership},
+			{"VIPSamplesKCP", testVIPSamplesKCP},
+			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
@@ -96,6 +115,9 @@ func TestIntegration(t *testing.T) {
 	})
 	// Restarts the shared caplb manager: runs alone, after the parallel flows.
 	t.Run("ManagerRestartMidQuiesce", func(t *testing.T) { testRestartMidQuiesce(t, s) })
+	t.Run("VIPManagerRestart", func(t *testing.T) { testVIPManagerRestart(t, s) })
+	// Stops the shared manager and releases its marks by hand: last.
+	t.Run("UninstallCleanup", func(t *testing.T) { testUninstallCleanup(t, s) })
 }
 
 // fixture is one flow's namespace and Cluster.

@@ -62,6 +62,9 @@ type ClusterOptions struct {
 	// Idle nodes (by index) start without their agent: a test starts it
 	// later (StartAgent), e.g. a machine that joins the control plane.
 	Idle func(node int) bool
+	// NoAgents builds the lab and starts the stand-ins but no agent: the
+	// caller runs another VIP daemon (the ARP bench's keepalived peer).
+	NoAgents bool
 }
 
 // Cluster is a switch, N control-plane nodes and a client.
@@ -180,6 +183,9 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 		}
 	}
 	for i, n := range c.Nodes {
+		if opts.NoAgents {
+			break
+		}
 		if opts.Idle != nil && opts.Idle(i) {
 			continue
 		}

@@ -108,6 +108,9 @@ type Agent struct {
 	lastProbe    string
 	pulledAt     time.Time
 	lastFailOpen bool
+	silent       string     // fastfail.go: the holder we have not heard from
+	silentLogged string     // fastfail.go
+	link         *linkWatch // linkwatch.go; nil: not watched
 
 	mu     sync.Mutex
 	status Status
@@ -198,7 +201,7 @@ func (a *Agent) step(now time.Time) {
 	// preferred holder would move the VIP back and forth. A node outside
 	// the membership it runs is never eligible (the bootstrap membership,
 	// version 0 with no members, excepted).
-	eligible := healthy && !a.quiescing && !a.handingOver
+	eligible := healthy && !a.quiescing && !a.handingOver && a.link.up(now)
 	var view election.View
 	var d election.Decision
 	if a.ml != nil {
@@ -206,6 +209,9 @@ func (a *Agent) step(now time.Time) {
 		eligible = eligible && (view.Member || a.bootstrap(view))
 		a.ml.SetMeta(a.meta(eligible))
 		view = a.ml.View()
+		a.silent = a.silentHolder(view, now)
+		a.ml.SetMeta(a.meta(eligible)) // no-op unless Silent changed
+		a.dropSilentHolders(&view)
 		d = election.Decide(view)
 		a.pullNewer(now, view, d)
 	}
@@ -325,6 +331,10 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		a.claimSince = time.Time{}
 	}
 	switch {
+	case a.holding && a.link.down():
+		// Nobody can be reached to hand over to: let go at once, as
+		// keepalived's track_interface does (linkwatch.go).
+		return false, "VIP interface down"
 	case !d.Quorum && a.holding && a.holdThroughNoQuorum(now):
 		return true, "gossip shows no quorum, but a majority answered direct pings just now"
 	case !d.Quorum:
@@ -432,6 +442,8 @@ func (a *Agent) ineligibleReason(healthy bool) string {
 		return "local API server unhealthy"
 	case a.handingOver:
 		return "hand-over in progress"
+	case !a.link.up(time.Now()):
+		return "VIP interface down or back up less than " + linkHoldDown.String() + " ago"
 	case a.ml != nil && !a.ml.Roster().Has(a.cfg.NodeName):
 		return fmt.Sprintf("not a member of membership version %d", a.ml.Roster().Version)
 	}
@@ -439,7 +451,7 @@ func (a *Agent) ineligibleReason(healthy bool) string {
 }
 
 func (a *Agent) meta(eligible bool) election.Meta {
-	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.digest()}
+	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.digest(), Silent: a.silent}
 }
 
 // shutdown releases everything on every exit path.

@@ -121,6 +121,12 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Optio
 	if cfg.Membership.Dynamic {
 		goSafe(log, crash, "state file", func() { watchStateFile(hctx, store, o.reload) })
 	}
+	if st, ok := dp.(dataplaneStatus); ok && cfg.Mode == ModeARP {
+		// Track the VIP interface (linkwatch.go).
+		if a.link, err = startLinkWatch(hctx, st.Status().Interface, a.Wake, log); err != nil {
+			log.Error(err, "VIP interface not tracked: a link going down releases only through lost contact")
+		}
+	}
 
 	log.Info("agent started", "node", cfg.NodeName, "mode", cfg.Mode, "vips", cfg.VIPs,
 		"members", len(store.current().Members), "membershipVersion", store.current().Version,

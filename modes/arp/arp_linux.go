@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,6 +54,10 @@ type Announcer struct {
 	// handover forwards the previous owner's flows to it during a graceful
 	// hand-over (nftables; see handover.go).
 	handover *handover
+	// tables programs nftables (netlink); quietRules: the quiet tables
+	// that silence this kernel's ARP replies / NAs for the VIPs are in.
+	tables     tables
+	quietRules bool
 }
 
 var _ dataplane.Dataplane = &Announcer{}
@@ -91,10 +96,15 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 			}
 		}
 	}
-	a.handover = newHandover(cfg.Interface, log, nil)
+	a.tables = nftTables{}
+	a.handover = newHandover(cfg.Interface, log, a.tables)
 	// A redirect left behind by a killed agent would forward to a node that
-	// may no longer hold the VIP.
+	// may no longer hold the VIP; its quiet tables would keep this kernel
+	// from answering for a VIP it is about to claim.
 	a.handover.stop("leftover from an earlier run")
+	if err := a.tables.removeQuiet(); err != nil {
+		log.Error(err, "removing leftover quiet tables failed")
+	}
 	a.nodeIPv4 = firstIPv4(link)
 	if a.nodeIPv4.IsValid() {
 		c, err := arp.Dial(ifi)
@@ -186,6 +196,7 @@ func (a *Announcer) Close(context.Context) error {
 	}
 	a.held = map[netip.Addr]context.CancelFunc{}
 	a.handover.stop("data plane closed")
+	a.setQuietRulesLocked(false)
 	if a.arp != nil {
 		_ = a.arp.Close()
 	}
@@ -200,7 +211,8 @@ func (a *Announcer) Close(context.Context) error {
 // HandOverFrom installs, for window, the redirect of TCP flows this node did
 // not see start to prev, the previous owner's node address, which still holds
 // the VIPs while it drains. Call it before the Sync that claims the VIPs.
-// Without the nft binary it logs once and does nothing.
+// It programs nftables over netlink; a failure is logged (naming the rule)
+// and the hand-over goes on without the redirect.
 func (a *Announcer) HandOverFrom(vips []netip.Addr, prev netip.Addr, window time.Duration) {
 	a.handover.start(vips, prev, window)
 }
@@ -268,6 +280,13 @@ func (a *Announcer) announce(vip netip.Addr) {
 			p, err := arp.NewPacket(op, mac, vip, ethernet.Broadcast, vip)
 			if err == nil {
 				err = a.arp.WriteTo(p, ethernet.Broadcast)
+				if errors.Is(err, syscall.ENETDOWN) {
+					// A link that went down since the last send leaves
+					// ENETDOWN pending on the socket, reported once: the
+					// link may be back, so the first announcement after a
+					// flap must not be the one lost.
+					err = a.arp.WriteTo(p, ethernet.Broadcast)
+				}
 			}
 			if err != nil {
 				a.log.Error(err, "gratuitous ARP failed", "vip", vip.String())
@@ -338,7 +357,13 @@ func (a *Announcer) readARP() {
 			if a.isClosed() {
 				return
 			}
-			// Malformed packets are skipped; socket errors end the loop.
+			// The interface went down: the kernel reports it once on the
+			// socket (ENETDOWN), which keeps working once the link is back.
+			if errors.Is(err, syscall.ENETDOWN) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			// Malformed packets are skipped; other socket errors end the loop.
 			var se *net.OpError
 			if errors.As(err, &se) {
 				a.log.Error(err, "ARP socket read failed; duplicate detection stops")
@@ -422,6 +447,10 @@ func (a *Announcer) SetQuiet(quiet bool) {
 	}
 	a.quiet = quiet
 	a.log.Info("announcements", "quiet", quiet, "held", len(a.held))
+	// Quiet: the kernel stops answering ARP / NS for the VIPs, so that a
+	// neighbour resolving one for the first time during the drain learns
+	// the successor. Not quiet: answer again before announcing.
+	a.setQuietRulesLocked(quiet)
 	if quiet {
 		return
 	}
@@ -432,6 +461,33 @@ func (a *Announcer) SetQuiet(quiet bool) {
 		a.wg.Add(1)
 		go a.announceLoop(actx, v)
 	}
+}
+
+// setQuietRulesLocked installs or removes the quiet tables; a.mu held.
+func (a *Announcer) setQuietRulesLocked(on bool) {
+	if on == a.quietRules {
+		return
+	}
+	if !on {
+		if err := a.tables.removeQuiet(); err != nil {
+			a.log.Error(err, "removing the quiet tables failed: this node may not answer ARP for a VIP it holds")
+			return
+		}
+		a.quietRules = false
+		return
+	}
+	vips := make([]netip.Addr, 0, len(a.held))
+	for v := range a.held {
+		vips = append(vips, v)
+	}
+	if len(vips) == 0 {
+		return
+	}
+	if err := a.tables.installQuiet(vips); err != nil {
+		a.log.Error(err, "quiet tables not installed: the draining node still answers ARP / NS for the VIPs")
+		// Some tables may be in: make sure a later SetQuiet(false) removes them.
+	}
+	a.quietRules = true
 }
 
 func (a *Announcer) isQuiet() bool {

@@ -109,3 +109,134 @@ func TestAnnouncer(t *testing.T) {
 		g.Expect(x.IP.Equal(vip.AsSlice())).To(BeFalse(), "VIP removed")
 	}
 }
+
+// TestQuietOwnerDoesNotAnswerARP: while the data plane is quiet (a drain
+// after hand-over), its kernel no longer answers "who has VIP?" (issue 8
+// item 6: a first-time resolver must not learn the old owner's MAC); out of
+// quiet, it answers again.
+func TestQuietOwnerDoesNotAnswerARP(t *testing.T) {
+	l := lab.NewT(t, "arpquiet")
+	g := NewWithT(t)
+	a, err := l.AddNamespace("a")
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := l.AddNamespace("b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
+	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.46.0.1/24"))).To(Succeed())
+	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.46.0.2/24"))).To(Succeed())
+	vip := netip.MustParseAddr("10.46.0.100")
+	asker := netip.MustParseAddr("10.46.0.2")
+
+	var c *mdarp.Client
+	g.Expect(b.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		c, err = mdarp.Dial(ifi)
+		return err
+	})).To(Succeed())
+	defer c.Close()
+
+	var dp *arp.Announcer
+	g.Expect(a.Do(func() error {
+		var err error
+		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 0, BurstInterval: time.Hour,
+			RefreshInterval: time.Hour, ProbeInterval: time.Hour}, logr.Discard(), nil)
+		if err != nil {
+			return err
+		}
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
+	})).To(Succeed())
+	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+
+	// answered asks once and reports whether a's kernel replied to us.
+	answered := func() bool {
+		req, err := mdarp.NewPacket(mdarp.OperationRequest, c.HardwareAddr(), asker, ethernet.Broadcast, vip)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(c.WriteTo(req, ethernet.Broadcast)).To(Succeed())
+		g.Expect(c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))).To(Succeed())
+		for {
+			p, _, err := c.Read()
+			if err != nil {
+				return false // deadline: no reply
+			}
+			if p.Operation == mdarp.OperationReply && p.SenderIP == vip && p.TargetIP == asker {
+				return true
+			}
+		}
+	}
+	g.Expect(answered()).To(BeTrue(), "the holder's kernel answers ARP for the VIP")
+	g.Expect(a.Do(func() error { dp.SetQuiet(true); return nil })).To(Succeed())
+	for range 3 {
+		g.Expect(answered()).To(BeFalse(), "a quiet holder must not answer ARP for the VIP")
+	}
+	g.Expect(a.Do(func() error { dp.SetQuiet(false); return nil })).To(Succeed())
+	g.Expect(answered()).To(BeTrue(), "out of quiet, the holder answers again")
+}
+
+// TestLinkFlapKeepsARP: after the interface went down and up, the first
+// gratuitous ARP is sent (the socket's pending ENETDOWN does not eat it) and
+// duplicate detection still runs (the read loop survives the ENETDOWN).
+func TestLinkFlapKeepsARP(t *testing.T) {
+	l := lab.NewT(t, "arpflap")
+	g := NewWithT(t)
+	a, err := l.AddNamespace("a")
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := l.AddNamespace("b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
+	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.47.0.1/24"))).To(Succeed())
+	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.47.0.2/24"))).To(Succeed())
+	vip1, vip2 := netip.MustParseAddr("10.47.0.100"), netip.MustParseAddr("10.47.0.101")
+
+	var watcher *mdarp.Client
+	g.Expect(b.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		watcher, err = mdarp.Dial(ifi)
+		return err
+	})).To(Succeed())
+	defer watcher.Close()
+
+	// One announcement per VIP and no burst: a lost one is never repeated.
+	var dp *arp.Announcer
+	g.Expect(a.Do(func() error {
+		var err error
+		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 0, BurstInterval: time.Hour,
+			RefreshInterval: time.Hour, ProbeInterval: time.Hour}, logr.Discard(), nil)
+		if err != nil {
+			return err
+		}
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip1}})
+	})).To(Succeed())
+	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+
+	g.Expect(a.SetLinkUp("eth0", false)).To(Succeed())
+	g.Expect(a.SetLinkUp("eth0", true)).To(Succeed())
+	// The link is back when the carrier is: wait for a's side to run again.
+	g.Eventually(func() string {
+		out, _ := a.Run(context.Background(), "cat", "/sys/class/net/eth0/operstate")
+		return out
+	}, 5*time.Second, 10*time.Millisecond).Should(ContainSubstring("up"))
+
+	g.Expect(a.Do(func() error {
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip1, vip2}})
+	})).To(Succeed())
+	g.Expect(watcher.SetReadDeadline(time.Now().Add(2 * time.Second))).To(Succeed())
+	for {
+		p, _, err := watcher.Read()
+		g.Expect(err).NotTo(HaveOccurred(), "the first gratuitous ARP after the link flap was lost")
+		if p.SenderIP == vip2 && p.TargetIP == vip2 {
+			break
+		}
+	}
+
+	claim, err := mdarp.NewPacket(mdarp.OperationReply, watcher.HardwareAddr(), vip1, ethernet.Broadcast, vip1)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(watcher.WriteTo(claim, ethernet.Broadcast)).To(Succeed())
+	g.Eventually(func() []arp.Duplicate { return dp.Status().Duplicates }, 3*time.Second, 20*time.Millisecond).
+		Should(ContainElement(HaveField("VIP", vip1)), "duplicate detection survives a link flap")
+}

@@ -38,6 +38,11 @@ type Meta struct {
 	ConfigDigest string `json:"c,omitempty"`
 	// Version of the membership the member runs (dynamic membership).
 	Version int64 `json:"v,omitempty"`
+	// Silent names the VIP holder that has not answered this member's
+	// direct pings for a while ("" when none): when a majority reports the
+	// same holder silent, the others treat it as failed without waiting
+	// for gossip's verdict (see the agent's fastfail.go).
+	Silent string `json:"s,omitempty"`
 }
 
 // MemberView is one configured member as a member sees it.

@@ -95,6 +95,9 @@ type Membership struct {
 	// owner's contact look older or younger than it is.
 	base        time.Time
 	confirmedAt atomic.Int64
+	// answeredAt: member name -> time.Time (monotonic) of its last answer to a
+	// direct ping (see LastAnswer in contact.go).
+	answeredAt sync.Map
 
 	bcast *memberlist.TransmitLimitedQueue
 
@@ -304,6 +307,7 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 			// Three tries: one lost UDP packet must not veto a claim.
 			for i := 0; i < 3; i++ {
 				if _, err := m.ml.Ping(name, addr); err == nil {
+					m.answeredAt.Store(name, time.Now())
 					answers <- true
 					return
 				}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/providers"
@@ -50,17 +51,10 @@ type Backend struct {
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 
-	// probes caches the last probe per LoadBalancer so that reconciles triggered by member
-	// changes do not dial again within healthCheck.interval. It is a cache, not state: losing it
-	// (a restart) costs one extra probe.
-	mu     sync.Mutex
-	probes map[string]probeResult
-}
-
-type probeResult struct {
-	target string
-	at     time.Time
-	err    error
+	// probes holds the last probe per LoadBalancer and runs new ones in the background (see
+	// prober). It is a cache, not state: losing it (a restart) costs one extra probe.
+	once   sync.Once
+	probes *prober
 }
 
 var _ providers.Backend = &Backend{}
@@ -130,48 +124,37 @@ func (b *Backend) ensureFixed(ctx context.Context, lb *lbv1.LoadBalancer, member
 		return st
 	}
 	target := net.JoinHostPort(st.Endpoint.Host, strconv.Itoa(int(st.Endpoint.Port)))
-	res, next := b.probe(ctx, lb, target)
+	res, known, next := b.prober().last(probeKey(lb), target, lb.Spec.HealthCheck.EffectiveInterval(), lb.Spec.HealthCheck.EffectiveTimeout())
 	st.RequeueAfter = next
-	if res.err != nil {
+	// The condition says reachable or not, never the dial error: a tenant who may point
+	// spec.endpoint anywhere must not learn more about the manager's network from it (refused vs
+	// filtered, resolver errors). The error goes to the manager's log for the operator.
+	switch {
+	case !known:
+		st.Reason, st.Message = lbv1.WaitingForEndpointReason, fmt.Sprintf("probing %s (TCP connect)", target)
+	case res.err != nil:
+		log.FromContext(ctx).V(1).Info("Endpoint probe failed", "target", target, "error", res.err.Error())
 		st.Reason = lbv1.EndpointUnreachableReason
-		st.Message = fmt.Sprintf("TCP connect to %s failed: %v", target, res.err)
-		return st
+		st.Message = fmt.Sprintf("TCP connect to %s did not succeed within %s", target, lb.Spec.HealthCheck.EffectiveTimeout())
+	default:
+		st.Available, st.Reason, st.Message = true, lbv1.EndpointAvailableReason, fmt.Sprintf("TCP connect to %s succeeded", target)
 	}
-	st.Available, st.Reason, st.Message = true, lbv1.EndpointAvailableReason, fmt.Sprintf("TCP connect to %s succeeded", target)
 	return st
 }
 
-// probe returns the cached result for lb when it is younger than the interval, else dials. The
-// second result is when the next probe is due.
-func (b *Backend) probe(ctx context.Context, lb *lbv1.LoadBalancer, target string) (probeResult, time.Duration) {
-	interval := lb.Spec.HealthCheck.EffectiveInterval()
-	key := string(lb.UID) + "/" + lb.Namespace + "/" + lb.Name
-	now := b.now()
-	b.mu.Lock()
-	cached, ok := b.probes[key]
-	b.mu.Unlock()
-	if ok && cached.target == target && now.Sub(cached.at) < interval && now.Sub(cached.at) >= 0 {
-		return cached, interval - now.Sub(cached.at)
-	}
+func (b *Backend) prober() *prober {
+	b.once.Do(func() {
+		d := b.Dialer
+		if d == nil {
+			d = &net.Dialer{}
+		}
+		b.probes = newProber(d, b.now)
+	})
+	return b.probes
+}
 
-	dialer := b.Dialer
-	if dialer == nil {
-		dialer = &net.Dialer{}
-	}
-	pctx, cancel := context.WithTimeout(ctx, lb.Spec.HealthCheck.EffectiveTimeout())
-	defer cancel()
-	conn, err := dialer.DialContext(pctx, "tcp", target)
-	if err == nil {
-		_ = conn.Close()
-	}
-	res := probeResult{target: target, at: now, err: err}
-	b.mu.Lock()
-	if b.probes == nil {
-		b.probes = map[string]probeResult{}
-	}
-	b.probes[key] = res
-	b.mu.Unlock()
-	return res, interval
+func probeKey(lb *lbv1.LoadBalancer) string {
+	return string(lb.UID) + "/" + lb.Namespace + "/" + lb.Name
 }
 
 // candidate is a member that may carry the endpoint.
@@ -283,9 +266,6 @@ func (b *Backend) Restore(context.Context, *lbv1.LoadBalancer, providers.Member)
 
 // Release implements providers.Backend: forgets the cached probe.
 func (b *Backend) Release(_ context.Context, lb *lbv1.LoadBalancer) error {
-	key := string(lb.UID) + "/" + lb.Namespace + "/" + lb.Name
-	b.mu.Lock()
-	delete(b.probes, key)
-	b.mu.Unlock()
+	b.prober().forget(probeKey(lb))
 	return nil
 }

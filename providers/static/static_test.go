@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/providers"
@@ -70,13 +71,17 @@ func TestFixedEndpointProbe(t *testing.T) {
 		member("m3", "10.0.0.3", true, lbv1.TargetDisabled),
 	}
 
+	// The first Ensure starts the probe and does not wait for it.
 	st, err := b.Ensure(context.Background(), lb, members)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(st.Endpoint).To(Equal(lbv1.APIEndpoint{Host: "127.0.0.1", Port: port}))
-	g.Expect(st.Available).To(BeTrue())
-	g.Expect(st.Reason).To(Equal(lbv1.EndpointAvailableReason))
+	g.Expect(st.Endpoint).To(Equal(lbv1.APIEndpoint{Host: "127.0.0.1", Port: port}), "published before the probe answers")
 	g.Expect(st.InRotation).To(Equal(map[string]bool{"m1": true}),
 		"only ready members whose state is in rotation count: m2 is not ready, m3 is disabled")
+	g.Eventually(func() bool {
+		st, _ = b.Ensure(context.Background(), lb, members)
+		return st.Available
+	}).WithTimeout(10 * time.Second).Should(BeTrue())
+	g.Expect(st.Reason).To(Equal(lbv1.EndpointAvailableReason))
 	g.Expect(st.RequeueAfter).To(Equal(lbv1.DefaultProbeInterval))
 	g.Expect(dialer.n.Load()).To(Equal(int32(1)))
 
@@ -87,20 +92,63 @@ func TestFixedEndpointProbe(t *testing.T) {
 	g.Expect(st.RequeueAfter).To(Equal(7 * time.Second))
 	g.Expect(dialer.n.Load()).To(Equal(int32(1)))
 
-	// After the interval, a closed listener is reported unreachable.
+	// After the interval, a closed listener is reported unreachable once the new probe lands;
+	// meanwhile the last result stands.
 	g.Expect(ln.Close()).To(Succeed())
 	clock = clock.Add(10 * time.Second)
-	st, _ = b.Ensure(context.Background(), lb, members)
+	g.Eventually(func() string {
+		st, _ = b.Ensure(context.Background(), lb, members)
+		return st.Reason
+	}).WithTimeout(10 * time.Second).Should(Equal(lbv1.EndpointUnreachableReason))
 	g.Expect(dialer.n.Load()).To(Equal(int32(2)))
 	g.Expect(st.Available).To(BeFalse())
-	g.Expect(st.Reason).To(Equal(lbv1.EndpointUnreachableReason))
 	g.Expect(st.Message).To(ContainSubstring("127.0.0.1:" + strconv.Itoa(int(port))))
+	g.Expect(st.Message).NotTo(ContainSubstring("refused"), "the dial error stays in the manager's log")
 	g.Expect(st.Endpoint.Host).To(Equal("127.0.0.1"), "an unreachable endpoint is still published")
 
-	// Release forgets the cache: the next Ensure dials again.
+	// Release forgets the cache: the next Ensure probes again.
 	g.Expect(b.Release(context.Background(), lb)).To(Succeed())
 	_, _ = b.Ensure(context.Background(), lb, members)
-	g.Expect(dialer.n.Load()).To(Equal(int32(3)))
+	g.Eventually(dialer.n.Load).WithTimeout(10 * time.Second).Should(Equal(int32(3)))
+}
+
+// Probes run off the reconcile path: with every dial hanging, Ensure still returns for each of
+// twenty LoadBalancers, and reports them as being probed, not available.
+func TestFixedEndpointProbeDoesNotBlockEnsure(t *testing.T) {
+	g := NewWithT(t)
+	release := make(chan struct{})
+	defer close(release)
+	b := &Backend{Dialer: hangingDialer{release: release}}
+	done := make(chan providers.EndpointStatus, 20)
+	for i := 0; i < 20; i++ {
+		lb := newLB()
+		lb.Name = "lb-" + strconv.Itoa(i)
+		lb.UID = types.UID(lb.Name)
+		lb.Spec.Endpoint = lbv1.APIEndpoint{Host: "10.255.255.1", Port: 6443}
+		lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: time.Hour}
+		lb.Spec.HealthCheck.Interval = metav1.Duration{Duration: time.Hour}
+		go func() {
+			st, _ := b.Ensure(context.Background(), lb, nil)
+			done <- st
+		}()
+	}
+	for i := 0; i < 20; i++ {
+		var st providers.EndpointStatus
+		g.Eventually(done).WithTimeout(10*time.Second).Should(Receive(&st), "Ensure blocked on a hanging dial")
+		g.Expect(st.Available).To(BeFalse())
+		g.Expect(st.Reason).To(Equal(lbv1.WaitingForEndpointReason))
+		g.Expect(st.RequeueAfter).To(BeNumerically(">", 0))
+	}
+}
+
+type hangingDialer struct{ release chan struct{} }
+
+func (h hangingDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+	return nil, errors.New("released")
 }
 
 type failDialer struct{}
@@ -130,11 +178,14 @@ func TestFixedEndpointProbeTimeout(t *testing.T) {
 	lb := newLB()
 	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: "10.255.255.1", Port: 6443}
 	lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: 50 * time.Millisecond}
-	start := time.Now()
-	st, _ := b.Ensure(context.Background(), lb, nil)
-	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
+	var st providers.EndpointStatus
+	g.Eventually(func() string {
+		st, _ = b.Ensure(context.Background(), lb, nil)
+		return st.Reason
+	}).WithTimeout(5 * time.Second).Should(Equal(lbv1.EndpointUnreachableReason))
 	g.Expect(st.Available).To(BeFalse())
-	g.Expect(st.Message).To(ContainSubstring("deadline"))
+	g.Expect(st.Message).To(ContainSubstring("within 50ms"))
+	g.Expect(st.Message).NotTo(ContainSubstring("deadline"), "no dial error text in the condition")
 }
 
 type blockingDialer struct{}

@@ -156,6 +156,10 @@ const (
 	SecretGossipKeyKey = "gossip.key"
 	// SecretManifestKey holds the agent's static pod manifest.
 	SecretManifestKey = "caplb-agent.yaml"
+	// SecretMembershipKey holds the authoritative current Membership (JSON), the manager's own
+	// record: a Secret survives `clusterctl move` and manager restarts, a status does not. It is
+	// not written to nodes.
+	SecretMembershipKey = "membership.json"
 
 	// ConfigPath, GossipKeyPath: where the bootstrap writes the agent's files on the node.
 	ConfigPath    = "/etc/caplb/agent.yaml"

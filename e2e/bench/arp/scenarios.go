@@ -15,48 +15,77 @@ import (
 )
 
 // A scenario injects a fault on the owner and returns the step that undoes it
-// once the new owner answers (restart the agent, heal the link...).
-type scenario func(b *bench, owner *lab.Node) (after func() error, err error)
+// once the new owner answers (restart the daemon, heal the link...), and
+// the moment the clock starts (zero: just before the scenario ran).
+type scenario func(b *bench, d daemon, owner *lab.Node) (after func() error, t0 time.Time, err error)
+
+// flapDown is how long the first outage of link_flap lasts.
+const flapDown = 200 * time.Millisecond
 
 var scenarioFuncs = map[string]scenario{
-	// The owner's agent dies without any cleanup (its VIP stays in the
-	// kernel until the agent is restarted, as kubelet or systemd would).
-	"hard_kill": func(b *bench, o *lab.Node) (func() error, error) {
-		if err := o.Agent.Signal(syscall.SIGKILL); err != nil {
-			return nil, err
+	// The owner's daemon dies without any cleanup (its VIP stays in the
+	// kernel until the daemon is restarted, as kubelet or systemd would).
+	"hard_kill": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+		if err := d.kill(o); err != nil {
+			return nil, time.Time{}, err
 		}
 		return func() error {
-			if err := o.Agent.Wait(5 * time.Second); err != nil && !isSignalled(err) {
+			if err := d.waitExit(o, 5*time.Second); err != nil && !isSignalled(err) {
 				return err
 			}
-			return b.c.StartAgent(o)
-		}, nil
+			return d.restart(o)
+		}, time.Time{}, nil
 	},
 	// The owner's API server starts failing /readyz.
-	"health_failure": func(b *bench, o *lab.Node) (func() error, error) {
-		if err := o.SetHealthy(false); err != nil {
-			return nil, err
+	"health_failure": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+		if err := d.setHealthy(o, false); err != nil {
+			return nil, time.Time{}, err
 		}
-		return func() error { return o.SetHealthy(true) }, nil
+		return func() error { return d.setHealthy(o, true) }, time.Time{}, nil
 	},
-	// The owner's cable is pulled.
-	"link_cut": func(b *bench, o *lab.Node) (func() error, error) {
+	// The owner's cable is pulled at the switch (its switch port goes down).
+	"link_cut": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
 		if err := b.c.Cut(o); err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
-		return func() error { return b.c.Restore(o) }, nil
+		return func() error { return b.c.Restore(o) }, time.Time{}, nil
 	},
-	// The owner's agent gets SIGTERM: make-before-break hand-over.
-	"graceful": func(b *bench, o *lab.Node) (func() error, error) {
-		if err := o.Agent.Signal(syscall.SIGTERM); err != nil {
-			return nil, err
+	// The owner's own interface goes down (`ip link set eth0 down` on the node).
+	"node_link_down": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+		if err := o.NS.SetLinkUp("eth0", false); err != nil {
+			return nil, time.Time{}, err
+		}
+		return func() error { return o.NS.SetLinkUp("eth0", true) }, time.Time{}, nil
+	},
+	// The owner's own interface flaps: down 200 ms, up, down again. The
+	// clock starts at the second fault, which must not find the cluster
+	// slower than a single one.
+	"link_flap": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+		if err := o.NS.SetLinkUp("eth0", false); err != nil {
+			return nil, time.Time{}, err
+		}
+		time.Sleep(flapDown)
+		if err := o.NS.SetLinkUp("eth0", true); err != nil {
+			return nil, time.Time{}, err
+		}
+		t0 := time.Now()
+		if err := o.NS.SetLinkUp("eth0", false); err != nil {
+			return nil, time.Time{}, err
+		}
+		return func() error { return o.NS.SetLinkUp("eth0", true) }, t0, nil
+	},
+	// The owner's daemon gets SIGTERM: caplb hands over make-before-break;
+	// keepalived sends a priority-0 advert.
+	"graceful": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+		if err := d.term(o); err != nil {
+			return nil, time.Time{}, err
 		}
 		return func() error {
-			if err := o.Agent.Wait(10 * time.Second); err != nil {
-				return fmt.Errorf("agent did not exit after SIGTERM: %w", err)
+			if err := d.waitExit(o, 10*time.Second); err != nil {
+				return fmt.Errorf("%s did not exit after SIGTERM: %w", d.name(), err)
 			}
-			return b.c.StartAgent(o)
-		}, nil
+			return d.restart(o)
+		}, time.Time{}, nil
 	},
 }
 
@@ -72,6 +101,7 @@ func isSignalled(err error) bool {
 
 type bench struct {
 	c    *lab.Cluster
+	d    daemon
 	rec  *recorder
 	rss  int64
 	anon int64
@@ -88,6 +118,7 @@ type trialResult struct {
 
 // trialData is what the timeline of one trial shows.
 type trialData struct {
+	Daemon   string
 	Scenario string
 	T0       time.Time
 	First    time.Time
@@ -106,12 +137,15 @@ func (b *bench) trial(name string, fn scenario) (trialResult, *trialData, error)
 	b.rec.reset()
 	time.Sleep(300 * time.Millisecond) // a baseline before the fault, for the timeline
 	t0 := time.Now()
-	if b.verbose {
-		fmt.Printf("    %s fault on %s\n", t0.Format("15:04:05.000000"), owner.Name)
-	}
-	after, err := fn(b, owner)
+	after, ft0, err := fn(b, b.d, owner)
 	if err != nil {
 		return trialResult{}, nil, err
+	}
+	if !ft0.IsZero() {
+		t0 = ft0
+	}
+	if b.verbose {
+		fmt.Printf("    %s fault on %s\n", t0.Format("15:04:05.000000"), owner.Name)
 	}
 	first, ok := b.rec.firstAnswerBy(t0, owner.Name, 15*time.Second)
 	if !ok {
@@ -148,7 +182,7 @@ func (b *bench) trial(name string, fn scenario) (trialResult, *trialData, error)
 			r.Duplicate += hs[i].At.Sub(hs[i-1].At)
 		}
 	}
-	data := &trialData{Scenario: name, T0: t0, First: first.End, Old: owner.Name, New: first.Node, Attempts: as, Samples: hs}
+	data := &trialData{Daemon: b.d.name(), Scenario: name, T0: t0, First: first.End, Old: owner.Name, New: first.Node, Attempts: as, Samples: hs}
 	for _, n := range b.c.Nodes {
 		data.Nodes = append(data.Nodes, n.Name)
 	}
@@ -162,7 +196,7 @@ func (b *bench) waitStable(timeout time.Duration) (*lab.Node, error) {
 	okRuns := 0
 	var last error
 	for time.Now().Before(deadline) {
-		owner, err := b.checkStable()
+		owner, err := b.d.stable()
 		if err == nil {
 			okRuns++
 			if okRuns >= 3 {
@@ -200,6 +234,9 @@ func (b *bench) checkStable() (*lab.Node, error) {
 
 func (b *bench) sampleRSS() {
 	for _, n := range b.c.Nodes {
+		if n.Agent == nil {
+			continue // the peer's lab
+		}
 		if v, err := n.Agent.VmHWM(); err == nil && v > b.rss {
 			b.rss = v
 		}

@@ -45,8 +45,8 @@ func renderSVG(d *trialData) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="13">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="22" font-size="16" font-weight="bold">caplb ARP failover, scenario %s: fault on %s, new owner %s after %.0f ms</text>`+"\n",
-		left, html.EscapeString(d.Scenario), d.Old, d.New, ms(d.First.Sub(d.T0)))
+	fmt.Fprintf(&b, `<text x="%.0f" y="22" font-size="16" font-weight="bold">%s ARP failover, scenario %s: fault on %s, new owner %s after %.0f ms</text>`+"\n",
+		left, html.EscapeString(d.Daemon), html.EscapeString(d.Scenario), d.Old, d.New, ms(d.First.Sub(d.T0)))
 	fmt.Fprintf(&b, `<text x="%.0f" y="42" fill="#555">bars: the node's kernel holds the VIP; ticks: client connects to VIP:6443 (colour = node that answered, red cross = failed)</text>`+"\n", left)
 	for i, n := range d.Nodes {
 		y := top + rowH*float64(i)

@@ -1,0 +1,81 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controllers/remote"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+)
+
+// The VIP backends reach workload clusters through CAPI's ClusterCache, set up as CAPI's own
+// manager sets it up: it reads each Cluster's <cluster>-kubeconfig Secret, keeps one cached
+// client per workload cluster and health-checks the connection.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+
+// CacheOptions returns the manager cache options caplb needs: the watched namespace, and
+// Secrets cached only when they carry the cluster.x-k8s.io/cluster-name label (the kubeconfig
+// Secrets the ClusterCache reads), never every Secret of the cluster.
+func CacheOptions(namespace string) cache.Options {
+	req, _ := labels.NewRequirement(clusterv1.ClusterNameLabel, selection.Exists, nil)
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}: {Label: labels.NewSelector().Add(*req)},
+	}}
+	if namespace != "" {
+		o.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	return o
+}
+
+// ClientOptions returns the manager client options caplb needs: Secrets are read live (the
+// bootstrap Secret and BGP password Secrets are read once per reconcile of an arp or bgp
+// LoadBalancer), the cache above serves only the ClusterCache.
+func ClientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
+}
+
+// SetupClusterCache creates the ClusterCache on mgr, whose cache must have been built with
+// CacheOptions. name is the controller name, for the workload clients' user agent;
+// skipNameValidation lets a process run a second ClusterCache (tests run CAPI's next to ours).
+func SetupClusterCache(ctx context.Context, mgr ctrl.Manager, name string, skipNameValidation bool) (clustercache.ClusterCache, error) {
+	secrets, err := client.New(mgr.GetConfig(), client.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Cache:      &client.CacheOptions{Reader: mgr.GetCache()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the kubeconfig Secret client: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secrets,
+		Cache:        clustercache.CacheOptions{DefaultTransform: cache.TransformStripManagedFields()},
+		Client: clustercache.ClientOptions{
+			QPS: 20, Burst: 30,
+			UserAgent: remote.DefaultClusterAPIUserAgent("caplb-" + name),
+			Cache: clustercache.ClientCacheOptions{
+				DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}},
+			},
+		},
+	}, controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: &skipNameValidation})
+	if err != nil {
+		return nil, fmt.Errorf("creating the ClusterCache: %w", err)
+	}
+	return cc, nil
+}
+
+// ClusterCacheRetry shortens the ClusterCache's retry after a failed first connection (30s by
+// default): tests use it so that a workload cluster that comes up late is reached quickly.
+func ClusterCacheRetry(cc clustercache.ClusterCache, d time.Duration) {
+	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
+		s.SetConnectionCreationRetryInterval(d)
+	}
+}

@@ -1,0 +1,64 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/controllers"
+)
+
+// The manager is uninstalled while a LoadBalancer exists: CAPI then waits on caplb's pre-drain
+// hook for ever, and the LoadBalancer cannot be deleted (its finalizer). `caplb cleanup`
+// (controllers.Cleanup) releases both without a manager.
+func testUninstallCleanup(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	f, ms := activeCluster(t, s)
+	victim := ms[0]
+
+	if err := s.caplb.Stop(); err != nil {
+		t.Fatalf("stopping caplb manager: %v", err)
+	}
+	defer func() {
+		var err error
+		if s.caplb, err = s.env.StartCAPLB(s.ctx, caplbOptions); err != nil {
+			t.Errorf("restarting caplb manager: %v", err)
+		}
+	}()
+
+	g.Expect(s.env.Client.Delete(f.ctx, victim)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(f.machine(g, victim.Name).Annotations).To(HaveKey(lbv1.PreDrainHookAnnotation("lb")))
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed(), "without a manager, nothing releases the hook")
+
+	// A dry run reports and changes nothing.
+	rep, err := controllers.Cleanup(f.ctx, s.env.Client, controllers.CleanupOptions{Namespace: f.ns, DryRun: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rep.Hooks).To(HaveLen(3))
+	g.Expect(rep.Finalizers).To(ConsistOf(f.ns + "/lb"))
+	g.Expect(f.machine(g, victim.Name).Annotations).To(HaveKey(lbv1.PreDrainHookAnnotation("lb")))
+
+	rep, err = controllers.Cleanup(f.ctx, s.env.Client, controllers.CleanupOptions{Namespace: f.ns})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rep.Marks).To(Equal(3))
+	g.Expect(s.env.WaitGone(f.ctx, &clusterv1.Machine{ObjectMeta: victim.ObjectMeta}, time.Minute)).To(Succeed(),
+		"CAPI deletes the Machine once the hook is gone")
+	for _, m := range ms[1:] {
+		got := f.machine(g, m.Name)
+		g.Expect(got.Annotations).NotTo(HaveKey(lbv1.PreDrainHookAnnotation("lb")))
+		g.Expect(got.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
+	}
+	lb := &lbv1.LoadBalancer{}
+	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "lb"}, lb)).To(Succeed())
+	g.Expect(s.env.Client.Delete(f.ctx, lb)).To(Succeed())
+	g.Expect(s.env.WaitGone(f.ctx, lb, 30*time.Second)).To(Succeed(), "no finalizer left to wait on a manager")
+
+	// Idempotent.
+	rep, err = controllers.Cleanup(f.ctx, s.env.Client, controllers.CleanupOptions{Namespace: f.ns})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rep.Hooks).To(BeEmpty())
+}

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/caplb/caplb/modes/election"
+)
+
+// answerML adds direct-ping answer times to fakeML.
+type answerML struct {
+	*fakeML
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (f *answerML) LastAnswer(name string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at[name]
+}
+
+// TestSilentHolder: a holder silent to us alone is reported (Meta.Silent)
+// but not dropped; once a majority reports it silent, the next member claims
+// without waiting for gossip to declare the holder dead; a holder that
+// answers again is not reported.
+func TestSilentHolder(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, _, _ := newTestAgent(t, 1) // members: b, self, c
+	am := &answerML{fakeML: ml, at: map[string]time.Time{}}
+	a.ml = am
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	t0 := time.Now()
+	am.at["b"], am.at["c"] = t0, t0
+	a.step(t0)
+	a.step(t0.Add(600 * time.Millisecond)) // settled; b last answered 600 ms ago
+	g.Expect(ml.self.Silent).To(Equal("b"), "no answer from the holder for 600 ms")
+	g.Expect(a.holding).To(BeFalse(), "only this member reports the holder silent")
+
+	ml.set(1, true, election.Meta{Eligible: true, Silent: "b"}) // c agrees
+	a.step(t0.Add(650 * time.Millisecond))
+	g.Expect(a.holding).To(BeTrue(), "a majority reports the holder silent: claim")
+
+	a2, ml2, _, _ := newTestAgent(t, 1)
+	am2 := &answerML{fakeML: ml2, at: map[string]time.Time{}}
+	a2.ml = am2
+	ml2.set(0, true, election.Meta{Eligible: true, Holding: true})
+	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
+	now := time.Now()
+	am2.at["b"] = now.Add(-150 * time.Millisecond)
+	a2.step(now.Add(-600 * time.Millisecond))
+	a2.step(now)
+	g.Expect(ml2.self.Silent).To(BeEmpty(), "the holder answered 150 ms ago")
+	g.Expect(a2.holding).To(BeFalse())
+}
+
+// TestLinkDownReleases: an owner whose VIP interface goes down releases at
+// once (no hand-over: nobody can be reached); back up, it stays ineligible
+// for linkHoldDown.
+func TestLinkDownReleases(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, dp, _ := newTestAgent(t, 0)
+	a.link = &linkWatch{}
+	t0 := claimAsMostPreferred(t, a, ml)
+	t1 := t0.Add(700 * time.Millisecond)
+	a.link.set(false, t1)
+	a.step(t1)
+	g.Expect(a.holding).To(BeFalse())
+	g.Expect(dp.announce).To(BeFalse())
+	g.Expect(a.lastReason).To(Equal("VIP interface down"))
+	g.Expect(ml.self.Eligible).To(BeFalse())
+
+	t2 := t1.Add(200 * time.Millisecond)
+	a.link.set(true, t2)
+	a.step(t2.Add(linkHoldDown / 2))
+	g.Expect(ml.self.Eligible).To(BeFalse(), "held down after the link came back")
+	g.Expect(a.holding).To(BeFalse())
+	a.step(t2.Add(linkHoldDown))
+	g.Expect(ml.self.Eligible).To(BeTrue())
+}

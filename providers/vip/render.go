@@ -1,0 +1,324 @@
+package vip
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+)
+
+// Flavors of control-plane nodes: where each keeps its static pods, the kubelet's credential and
+// the CA that verifies the local API server.
+const (
+	FlavorKubeadm = "kubeadm"
+	FlavorK3s     = "k3s"
+	FlavorRKE2    = "rke2"
+)
+
+// Flavor holds the node paths of one flavor.
+type Flavor struct {
+	// ManifestDir is the kubelet's static pod directory; the bootstrap writes the agent's
+	// manifest there as caplb-agent.yaml.
+	ManifestDir string
+	// Kubeconfig is the kubelet's kubeconfig (the agent's Node API credential).
+	Kubeconfig string
+	// CAFile verifies the local API server.
+	CAFile string
+	// KubeletFiles are the files the kubeconfig refers to (client certificate and key, its CA),
+	// mounted read-only one by one.
+	KubeletFiles []string
+	// KubeletDirs are directories the kubeconfig refers to (kubeadm rotates the client
+	// certificate in /var/lib/kubelet/pki), mounted read-only.
+	KubeletDirs []string
+}
+
+// Flavors maps spec.backend.<kind>.agent.flavor to its paths.
+var Flavors = map[string]Flavor{
+	FlavorKubeadm: {
+		ManifestDir: "/etc/kubernetes/manifests",
+		Kubeconfig:  "/etc/kubernetes/kubelet.conf",
+		CAFile:      "/etc/kubernetes/pki/ca.crt",
+		KubeletDirs: []string{"/var/lib/kubelet/pki"},
+	},
+	FlavorK3s: {
+		ManifestDir: "/var/lib/rancher/k3s/agent/pod-manifests",
+		Kubeconfig:  "/var/lib/rancher/k3s/agent/kubelet.kubeconfig",
+		CAFile:      "/var/lib/rancher/k3s/server/tls/server-ca.crt",
+		KubeletFiles: []string{
+			"/var/lib/rancher/k3s/agent/client-kubelet.crt",
+			"/var/lib/rancher/k3s/agent/client-kubelet.key",
+			"/var/lib/rancher/k3s/agent/server-ca.crt",
+		},
+	},
+	FlavorRKE2: {
+		ManifestDir: "/var/lib/rancher/rke2/agent/pod-manifests",
+		Kubeconfig:  "/var/lib/rancher/rke2/agent/kubelet.kubeconfig",
+		CAFile:      "/var/lib/rancher/rke2/server/tls/server-ca.crt",
+		KubeletFiles: []string{
+			"/var/lib/rancher/rke2/agent/client-kubelet.crt",
+			"/var/lib/rancher/rke2/agent/client-kubelet.key",
+			"/var/lib/rancher/rke2/agent/server-ca.crt",
+		},
+	},
+}
+
+// Node paths every flavor shares.
+const (
+	// ConfigDir holds agent.yaml, gossip.key and the BGP password files.
+	ConfigDir = "/etc/caplb"
+	// StateDir keeps the newest membership the agent learned.
+	StateDir = "/var/lib/caplb"
+	// ManifestFile is the static pod manifest's file name in the flavor's ManifestDir.
+	ManifestFile = "caplb-agent.yaml"
+)
+
+// PasswordKey is the bootstrap Secret key (and file name under /etc/caplb) holding peer i's
+// TCP-MD5 password.
+func PasswordKey(i int) string { return "bgp-" + strconv.Itoa(i) + ".password" }
+
+// flavorOf returns the flavor name and paths, kubeadm by default.
+func flavorOf(v *lbv1.VIPBackend) (string, Flavor) {
+	name := v.Agent.Flavor
+	if name == "" {
+		name = FlavorKubeadm
+	}
+	return name, Flavors[name]
+}
+
+// renderInput is what rendering needs beyond the LoadBalancer.
+type renderInput struct {
+	vip        string
+	membership agentv1.Membership
+	// passwords lists the peers (by index) whose password the Secret carries.
+	passwords map[int]bool
+}
+
+// renderConfig builds the agent configuration for lb. It leaves nodeName empty: the agent
+// defaults it to the hostname, which must equal the kubelet's node name (the docs say how to
+// pin it otherwise).
+func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfiguration {
+	v := lb.Spec.Backend.VIP()
+	_, fl := flavorOf(v)
+	c := agentv1.New()
+	c.Mode = lb.Spec.Backend.Kind()
+	c.VIPs = []string{in.vip}
+	c.Port = int(lb.Spec.EffectiveTargetPort())
+	for _, p := range v.ExtraPorts {
+		c.ExtraPorts = append(c.ExtraPorts, int(p))
+	}
+	if lb.Spec.Backend.ARP != nil {
+		c.Interface = v.Agent.Interface
+	}
+	c.Members = append([]agentv1.MemberConfig{}, in.membership.Members...)
+	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}
+	c.NodeAPI = agentv1.NodeAPIConfig{Kubeconfig: fl.Kubeconfig}
+	ca := v.Agent.CAFile
+	if ca == "" {
+		ca = fl.CAFile
+	}
+	c.Health = agentv1.HealthConfig{CAFile: ca, ServerName: agentv1.DefaultHealthServerName}
+	c.Election.SecretKeyFile = agentv1.GossipKeyPath
+	c.Election.Label = lb.Namespace + "/" + lb.Name
+	if t := v.Agent.Timers; t != nil {
+		setDuration(&c.Election.ProbeInterval, t.ProbeInterval)
+		setDuration(&c.Election.ProbeTimeout, t.ProbeTimeout)
+		setDuration(&c.Election.ContactTimeout, t.ContactTimeout)
+		setDuration(&c.Election.Settle, t.Settle)
+		setDuration(&c.Quiesce.Drain, t.Drain)
+	}
+	if b := lb.Spec.Backend.BGP; b != nil {
+		bc := &agentv1.BGPConfig{ASN: uint32(b.ASN), Communities: append([]string(nil), b.Communities...)}
+		for i, p := range b.Peers {
+			peer := agentv1.BGPPeer{
+				Address:       p.Address,
+				ASN:           uint32(p.ASN),
+				Port:          uint16(p.Port),
+				EBGPMultihop:  uint8(p.EBGPMultihop),
+				HoldTime:      p.HoldTime,
+				KeepaliveTime: p.KeepaliveTime,
+				ConnectRetry:  p.ConnectRetry,
+			}
+			if in.passwords[i] {
+				peer.PasswordFile = path.Join(ConfigDir, PasswordKey(i))
+			}
+			bc.Peers = append(bc.Peers, peer)
+		}
+		c.BGP = bc
+	}
+	return c
+}
+
+func setDuration(d *agentv1.Duration, v *metav1.Duration) {
+	if v != nil {
+		d.Duration = v.Duration
+	}
+}
+
+// validateRendered runs the agent's own Default and Validate on a copy of c, with a stand-in
+// node name (the real one is the node's hostname, known only there): the manager never hands
+// out a file the agent would refuse.
+func validateRendered(c agentv1.AgentConfiguration) error {
+	cp := c
+	cp.Members = append([]agentv1.MemberConfig(nil), c.Members...)
+	if c.BGP != nil {
+		b := *c.BGP
+		cp.BGP = &b
+	}
+	if cp.NodeName == "" {
+		cp.NodeName = "rendered-by-manager"
+	}
+	cp.Default()
+	if err := cp.Validate(); err != nil {
+		return fmt.Errorf("rendered agent configuration is invalid: %w", err)
+	}
+	return nil
+}
+
+// marshalConfig writes c as YAML without the zero values (which mean "default" in the agent's
+// schema), so the file shows only what the manager chose.
+func marshalConfig(c agentv1.AgentConfiguration) ([]byte, error) {
+	return marshalPruned(c, true)
+}
+
+// renderManifest builds the agent's static pod.
+func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
+	v := lb.Spec.Backend.VIP()
+	_, fl := flavorOf(v)
+	ca := v.Agent.CAFile
+	if ca == "" {
+		ca = fl.CAFile
+	}
+	fileType := corev1.HostPathFile
+	dirType := corev1.HostPathDirectory
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	var (
+		vols   []corev1.Volume
+		mounts []corev1.VolumeMount
+	)
+	add := func(name, p string, t *corev1.HostPathType, ro bool) {
+		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: p, Type: t}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: ro})
+	}
+	// The kubelet retries a mount whose file is not there yet (kubeadm join writes kubelet.conf
+	// after TLS bootstrap), so File types delay the agent rather than create directories in
+	// place of missing files.
+	add("config", ConfigDir, &dirType, true)
+	add("state", StateDir, &dirOrCreate, false)
+	add("ca", ca, &fileType, true)
+	add("kubeconfig", fl.Kubeconfig, &fileType, true)
+	for i, f := range fl.KubeletFiles {
+		add("kubelet-"+strconv.Itoa(i), f, &fileType, true)
+	}
+	for i, d := range fl.KubeletDirs {
+		add("kubelet-dir-"+strconv.Itoa(i), d, &dirOrCreate, true)
+	}
+	no, yes := false, true
+	pod := corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "caplb-agent",
+			Namespace: "kube-system",
+			Labels: map[string]string{
+				"app.kubernetes.io/name":      "caplb-agent",
+				"app.kubernetes.io/component": lb.Spec.Backend.Kind(),
+			},
+		},
+		Spec: corev1.PodSpec{
+			HostNetwork:       true,
+			PriorityClassName: "system-node-critical",
+			Containers: []corev1.Container{{
+				Name:    "caplb-agent",
+				Image:   image,
+				Command: []string{"caplb-agent", "--config", agentv1.ConfigPath},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					// A CPU request gives the agent a share under load, so its 100 ms probes
+					// are not starved into false failovers.
+					corev1.ResourceCPU:    resource.MustParse("100m"),
+					corev1.ResourceMemory: resource.MustParse("64Mi"),
+				}},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities: &corev1.Capabilities{
+						Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+						Drop: []corev1.Capability{"ALL"},
+					},
+				},
+				VolumeMounts: mounts,
+			}},
+			Volumes: vols,
+		},
+	}
+	// Only nulls and empty objects go: false is meaningful in a security context.
+	return marshalPruned(pod, false)
+}
+
+// marshalPruned marshals v to YAML, dropping nulls and empty maps and lists, and with zeros also
+// empty strings, false, 0 and "0s".
+func marshalPruned(v any, zeros bool) ([]byte, error) {
+	j, err := yaml.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(j, &m); err != nil {
+		return nil, err
+	}
+	pruned, _ := prune(m, zeros).(map[string]any)
+	return yaml.Marshal(pruned)
+}
+
+func prune(v any, zeros bool) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if p := prune(x, zeros); p == nil {
+				delete(t, k)
+			} else {
+				t[k] = p
+			}
+		}
+		if len(t) == 0 {
+			return nil
+		}
+		return t
+	case []any:
+		out := t[:0]
+		for _, x := range t {
+			if p := prune(x, zeros); p != nil {
+				out = append(out, p)
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	case string:
+		if zeros && (t == "" || t == "0s") {
+			return nil
+		}
+	case bool:
+		if zeros && !t {
+			return nil
+		}
+	case float64:
+		if zeros && t == 0 {
+			return nil
+		}
+	case int64:
+		if zeros && t == 0 {
+			return nil
+		}
+	case nil:
+		return nil
+	}
+	return v
+}

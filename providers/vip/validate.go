@@ -1,0 +1,169 @@
+package vip
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+)
+
+// Validate implements providers.Backend, with no I/O. Besides the CRD's CEL rules (repeated for
+// objects that predate them) it checks what CEL cannot: timer relations with the agent's
+// defaults applied, BGP timers and communities as the agent parses them, and that an agent image
+// is known.
+func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
+	var errs field.ErrorList
+	spec := &lb.Spec
+	bp := field.NewPath("spec", "backend", b.kind)
+	v := spec.Backend.VIP()
+	if spec.Backend.Kind() != b.kind || v == nil {
+		return append(errs, field.Required(bp, fmt.Sprintf("the %s backend needs spec.backend.%s", b.kind, b.kind)))
+	}
+	host := field.NewPath("spec", "endpoint", "host")
+	switch {
+	case v.AddressFrom == nil && spec.Endpoint.Host == "":
+		errs = append(errs, field.Required(host, fmt.Sprintf(
+			"the VIP needs a source: set spec.endpoint.host to an IP address, or %s to an IPAM pool", bp.Child("addressFrom", "poolRef"))))
+	case v.AddressFrom != nil && spec.Endpoint.Host != "":
+		errs = append(errs, field.Invalid(host, spec.Endpoint.Host, fmt.Sprintf(
+			"set either spec.endpoint.host or %s, not both", bp.Child("addressFrom"))))
+	case spec.Endpoint.Host != "":
+		if ip, err := netip.ParseAddr(spec.Endpoint.Host); err != nil || ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast() || ip.IsLinkLocalUnicast() {
+			errs = append(errs, field.Invalid(host, spec.Endpoint.Host,
+				"must be a unicast IP address of the members' segment (it is the VIP); use spec.backend.static for a DNS name"))
+		}
+	}
+	if v.AddressFrom != nil {
+		pr := bp.Child("addressFrom", "poolRef")
+		ref := v.AddressFrom.PoolRef
+		if ref.APIGroup == "" {
+			errs = append(errs, field.Required(pr.Child("apiGroup"), "the pool's API group, e.g. ipam.cluster.x-k8s.io"))
+		}
+		if ref.Kind == "" {
+			errs = append(errs, field.Required(pr.Child("kind"), "the pool's kind, e.g. InClusterIPPool or GlobalInClusterIPPool"))
+		}
+		if ref.Name == "" {
+			errs = append(errs, field.Required(pr.Child("name"), "the pool's name"))
+		}
+		if spec.ClusterName == "" {
+			errs = append(errs, field.Required(field.NewPath("spec", "clusterName"),
+				"an IPAddressClaim belongs to a Cluster: set spec.clusterName, or use spec.endpoint.host"))
+		}
+	}
+	if p := spec.Endpoint.Port; p != 0 && p != spec.EffectiveTargetPort() {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "endpoint", "port"), p, fmt.Sprintf(
+			"the VIP is served by the members' own API servers, so it has their port: remove spec.endpoint.port or set it to spec.targetPort (%d)",
+			spec.EffectiveTargetPort())))
+	}
+	seen := map[int32]bool{spec.EffectiveTargetPort(): true}
+	for i, p := range v.ExtraPorts {
+		if seen[p] {
+			errs = append(errs, field.Duplicate(bp.Child("extraPorts").Index(i), p))
+		}
+		seen[p] = true
+	}
+
+	ap := bp.Child("agent")
+	if f := v.Agent.Flavor; f != "" {
+		if _, ok := Flavors[f]; !ok {
+			errs = append(errs, field.NotSupported(ap.Child("flavor"), f, []string{FlavorKubeadm, FlavorK3s, FlavorRKE2}))
+		}
+	}
+	if v.Agent.Image == "" && b.opts.AgentImage == "" {
+		errs = append(errs, field.Required(ap.Child("image"),
+			"this manager has no default agent image: set it here, or start the manager with --agent-image"))
+	}
+	errs = append(errs, validateTimers(ap.Child("timers"), v.Agent.Timers)...)
+	if bg := spec.Backend.BGP; bg != nil {
+		errs = append(errs, validateBGP(bp, bg)...)
+	}
+	return errs
+}
+
+func dur(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil || d.Duration == 0 {
+		return def
+	}
+	return d.Duration
+}
+
+func validateTimers(p *field.Path, t *lbv1.AgentTimers) field.ErrorList {
+	if t == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, x := range []struct {
+		name string
+		d    *metav1.Duration
+	}{{"probeInterval", t.ProbeInterval}, {"probeTimeout", t.ProbeTimeout}, {"contactTimeout", t.ContactTimeout},
+		{"settle", t.Settle}, {"drain", t.Drain}} {
+		if x.d != nil && x.d.Duration < 0 {
+			errs = append(errs, field.Invalid(p.Child(x.name), x.d.Duration.String(), "must not be negative"))
+		}
+	}
+	interval := dur(t.ProbeInterval, 100*time.Millisecond)
+	if timeout := dur(t.ProbeTimeout, 50*time.Millisecond); timeout >= interval {
+		errs = append(errs, field.Invalid(p.Child("probeTimeout"), timeout.String(),
+			fmt.Sprintf("must be shorter than probeInterval (%s)", interval)))
+	}
+	if contact := dur(t.ContactTimeout, 500*time.Millisecond); contact < 2*interval {
+		errs = append(errs, field.Invalid(p.Child("contactTimeout"), contact.String(),
+			fmt.Sprintf("must be at least 2 x probeInterval (%s): one late ping round would drop the VIP", 2*interval)))
+	}
+	return errs
+}
+
+func validateBGP(bp *field.Path, bg *lbv1.BGPBackend) field.ErrorList {
+	var errs field.ErrorList
+	if bg.ASN < 1 || bg.ASN > 4294967295 {
+		errs = append(errs, field.Invalid(bp.Child("asn"), bg.ASN, "must be an AS number, 1-4294967295"))
+	}
+	if len(bg.Peers) == 0 {
+		errs = append(errs, field.Required(bp.Child("peers"), "list at least one router (address and asn)"))
+	}
+	seen := map[netip.Addr]bool{}
+	for i, p := range bg.Peers {
+		pp := bp.Child("peers").Index(i)
+		a, err := netip.ParseAddr(p.Address)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(pp.Child("address"), p.Address, "must be an IP address"))
+		case seen[a.Unmap()]:
+			errs = append(errs, field.Duplicate(pp.Child("address"), p.Address))
+		default:
+			seen[a.Unmap()] = true
+		}
+		if p.ASN < 1 || p.ASN > 4294967295 {
+			errs = append(errs, field.Invalid(pp.Child("asn"), p.ASN, "must be an AS number, 1-4294967295"))
+		}
+		if p.EBGPMultihop != 0 && p.ASN == bg.ASN {
+			errs = append(errs, field.Invalid(pp.Child("ebgpMultihop"), p.EBGPMultihop,
+				"only applies to eBGP; this peer has the same ASN as spec.backend.bgp.asn (iBGP): remove it"))
+		}
+		hold := dur(p.HoldTime, agentv1.DefaultHoldTime)
+		if hold != hold.Truncate(time.Second) || hold < 3*time.Second {
+			errs = append(errs, field.Invalid(pp.Child("holdTime"), hold.String(), "must be whole seconds, at least 3s (RFC 4271)"))
+		}
+		if p.KeepaliveTime != nil {
+			k := p.KeepaliveTime.Duration
+			if k != k.Truncate(time.Second) || k < time.Second || k >= hold {
+				errs = append(errs, field.Invalid(pp.Child("keepaliveTime"), k.String(),
+					fmt.Sprintf("must be whole seconds, at least 1s and shorter than holdTime (%s)", hold)))
+			}
+		}
+		if r := dur(p.ConnectRetry, agentv1.DefaultConnectRetry); r != r.Truncate(time.Second) || r < time.Second {
+			errs = append(errs, field.Invalid(pp.Child("connectRetry"), r.String(), "must be whole seconds, at least 1s"))
+		}
+	}
+	for i, c := range bg.Communities {
+		if _, err := agentv1.ParseCommunity(c); err != nil {
+			errs = append(errs, field.Invalid(bp.Child("communities").Index(i), c, err.Error()))
+		}
+	}
+	return errs
+}

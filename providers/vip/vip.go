@@ -1,0 +1,396 @@
+// Package vip is the management side of the arp and bgp backends: one implementation serving
+// both kinds. It resolves the VIP (spec.endpoint.host or a CAPI IPAM claim), keeps the bootstrap
+// Secret the control plane's Machines boot the node agent from, and drives the agents' versioned
+// membership and quiesce requests through annotations on the workload cluster's Nodes, reading
+// back what each agent reports on its own Node. See docs/design/membership.md.
+package vip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/providers"
+)
+
+// Defaults of Options.
+const (
+	// DefaultStaleAfter: an agent report older than this counts as silence. Agents rewrite their
+	// report at least every nodeAPI.resyncInterval (10s by default).
+	DefaultStaleAfter = 45 * time.Second
+	// DefaultPendingPoll is how soon Ensure and Quiesce look again while they wait on agents.
+	DefaultPendingPoll = time.Second
+	// DefaultResync is how soon Ensure looks again when nothing is pending, to notice agents
+	// that fell silent. The manager does not watch workload Nodes.
+	DefaultResync = 15 * time.Second
+)
+
+// Options are the backend's dependencies.
+type Options struct {
+	// Client reads and writes the management cluster (LoadBalancers' claims, Secrets). It must
+	// not serve Secrets from a cache that holds every Secret of the cluster.
+	Client client.Client
+	// Workload reaches the workload clusters' Nodes (CAPI's ClusterCache).
+	Workload WorkloadClients
+	// AgentImage is the agent's image when spec.backend.<kind>.agent.image is empty (the
+	// manager's --agent-image).
+	AgentImage string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// StaleAfter, PendingPoll, Resync: zero takes the defaults above.
+	StaleAfter, PendingPoll, Resync time.Duration
+}
+
+// Backend serves one kind ("arp" or "bgp"). Both kinds' backends may share one Options.
+type Backend struct {
+	kind string
+	opts Options
+
+	// quiescedAt remembers when a member was first seen quiesced, per LoadBalancer UID and
+	// Node, to count the drain period from there. Losing it (a restart) restarts the count: a
+	// quiesce can only take longer, never finish early.
+	quiescedAt sync.Map
+}
+
+var _ providers.Backend = &Backend{}
+
+// NewARP returns the arp backend.
+func NewARP(o Options) *Backend { return &Backend{kind: lbv1.BackendARP, opts: o} }
+
+// NewBGP returns the bgp backend.
+func NewBGP(o Options) *Backend { return &Backend{kind: lbv1.BackendBGP, opts: o} }
+
+// Kind implements providers.Backend.
+func (b *Backend) Kind() string { return b.kind }
+
+func (b *Backend) now() time.Time {
+	if b.opts.Now != nil {
+		return b.opts.Now()
+	}
+	return time.Now()
+}
+
+func (b *Backend) staleAfter() time.Duration { return orDuration(b.opts.StaleAfter, DefaultStaleAfter) }
+func (b *Backend) pendingPoll() time.Duration {
+	return orDuration(b.opts.PendingPoll, DefaultPendingPoll)
+}
+func (b *Backend) resync() time.Duration { return orDuration(b.opts.Resync, DefaultResync) }
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Ensure implements providers.Backend: the VIP first (published as soon as it is known, before
+// any Machine exists), then the bootstrap Secret and, once members have Nodes, one membership
+// step and the Node annotations.
+func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []providers.Member) (providers.EndpointStatus, error) {
+	log := ctrl.LoggerFrom(ctx)
+	st := providers.EndpointStatus{InRotation: map[string]bool{}}
+	addr, err := b.resolveAddress(ctx, lb)
+	if err != nil {
+		return st, err
+	}
+	st.Conditions = append(st.Conditions, addr.cond)
+	if addr.vip == "" {
+		st.Reason, st.Message = lbv1.WaitingForEndpointReason, "waiting for the VIP: "+addr.cond.Message
+		st.RequeueAfter = b.resync()
+		st.Conditions = append(st.Conditions, metav1.Condition{Type: lbv1.AgentsReadyCondition, Status: metav1.ConditionUnknown,
+			Reason: lbv1.WaitingForAddressReason, Message: "no agent runs before the VIP is known"})
+		return st, nil
+	}
+	st.Endpoint = lbv1.APIEndpoint{Host: addr.vip, Port: lb.Spec.EffectivePort()}
+
+	sec, cur, err := b.loadSecret(ctx, lb)
+	if err != nil {
+		return st, err
+	}
+	cands := candidates(members)
+	var (
+		wl    client.Client
+		wlErr error
+		vs    = views{}
+		nodes = map[string]*corev1.Node{}
+	)
+	if len(cands) > 0 || len(cur.Members) > 0 {
+		if wl, wlErr = b.workload(ctx, lb); wlErr == nil {
+			names := make([]string, 0, len(cands)+len(cur.Members))
+			for _, c := range cands {
+				names = append(names, c.node)
+			}
+			for _, m := range cur.Members {
+				names = append(names, m.Name)
+			}
+			if vs, nodes, wlErr = b.readViews(ctx, wl, names); wlErr != nil {
+				wl = nil
+			}
+		}
+	}
+
+	pending := false
+	if wl != nil {
+		want := desired(cur, cands, vs)
+		if nm, ch, ok := next(cur, want); ok {
+			pending = true
+			if vs.acknowledged(cur) {
+				if err := b.writeSecret(ctx, lb, sec, addr.vip, nm); err != nil {
+					return st, err
+				}
+				log.Info("Issued a new membership", "version", nm.Version, "change", ch.String(), "members", len(nm.Members))
+				st.Events = append(st.Events, providers.Event{Reason: "MembershipChanged",
+					Message: fmt.Sprintf("membership version %d: %s (%d members)", nm.Version, ch, len(nm.Members))})
+				cur = nm
+			}
+		}
+	}
+	if err := b.writeSecret(ctx, lb, sec, addr.vip, cur); err != nil {
+		return st, err
+	}
+
+	if wl == nil {
+		st.RotationUnknown = len(cands) > 0 || len(cur.Members) > 0
+		st.RequeueAfter = b.resync()
+		st.Reason, st.Message = lbv1.WaitingForEndpointReason, "the VIP is allocated; no agent report read yet"
+		if wlErr != nil {
+			st.Message = "the VIP is allocated; agents' reports cannot be read: " + wlErr.Error()
+		}
+		st.Conditions = append(st.Conditions, metav1.Condition{Type: lbv1.AgentsReadyCondition, Status: metav1.ConditionUnknown,
+			Reason: lbv1.WaitingForAgentsReason, Message: st.Message})
+		return st, nil
+	}
+
+	// Annotations: the membership on every candidate's Node (joiners learn it too), and a
+	// quiesce request on the Nodes of members that are out or leaving.
+	var errs []error
+	for _, c := range cands {
+		node := nodes[c.node]
+		if node == nil {
+			continue
+		}
+		if err := setNodeAnnotation(ctx, wl, node, agentv1.MembershipAnnotation, cur.String()); err != nil {
+			errs = append(errs, err)
+		}
+		if why := quiesceReason(c.state); why != "" {
+			if err := setNodeAnnotation(ctx, wl, node, agentv1.QuiesceAnnotation, why); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return st, err
+	}
+
+	for _, m := range members {
+		if m.NodeName != "" && vs.inRotation(cur, m.NodeName) {
+			st.InRotation[m.Name] = true
+		}
+	}
+	holder := vs.holder(cur, "")
+	st.Available = holder != ""
+	if st.Available {
+		st.Reason = lbv1.EndpointAvailableReason
+		if lb.Spec.Backend.BGP != nil {
+			st.Message = fmt.Sprintf("%s announces %s (membership version %d)", holder, addr.vip, cur.Version)
+		} else {
+			st.Message = fmt.Sprintf("%s holds %s (membership version %d)", holder, addr.vip, cur.Version)
+		}
+	} else {
+		st.Reason, st.Message = lbv1.WaitingForEndpointReason, "no member's agent reports serving the VIP "+addr.vip
+	}
+	acked, lagging := vs.acks(cur)
+	ready := metav1.Condition{Type: lbv1.AgentsReadyCondition, Status: metav1.ConditionTrue, Reason: lbv1.AgentsReadyReason,
+		Message: fmt.Sprintf("%d of %d members run membership version %d", acked, len(cur.Members), cur.Version)}
+	if len(lagging) > 0 || len(cur.Members) == 0 {
+		ready.Status, ready.Reason = metav1.ConditionFalse, lbv1.WaitingForAgentsReason
+		if len(lagging) > 0 {
+			ready.Message += "; lagging: " + joinNames(lagging)
+		} else {
+			ready.Message = "no member yet: waiting for a Machine with a Node whose agent reports"
+		}
+		pending = true
+	}
+	st.Conditions = append(st.Conditions, ready)
+	if pending {
+		st.RequeueAfter = b.pendingPoll()
+	} else {
+		st.RequeueAfter = b.resync()
+	}
+	return st, nil
+}
+
+// quiesceReason is the quiesce annotation's value for a member in state s, "" for none.
+func quiesceReason(s lbv1.TargetState) string {
+	switch s {
+	case lbv1.TargetDisabling, lbv1.TargetDisabled:
+		return "disabled"
+	case lbv1.TargetRemoving, lbv1.TargetRemoved:
+		return "removing"
+	}
+	return ""
+}
+
+// Quiesce implements providers.Backend. Done only when the member's agent reports it quiesced
+// (or its node is down while another member serves the VIP), the drain period has passed since,
+// and — for a member being removed — a membership without it is issued and run by a majority of
+// its members. Never on a timer alone; the controller bounds the wait with spec.quiesce.timeout.
+func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m providers.Member) (providers.QuiesceStatus, error) {
+	wait := providers.QuiesceStatus{RequeueAfter: b.pendingPoll()}
+	if m.NodeName == "" {
+		// No Node, so never a member of any issued version: nothing of ours to hand over.
+		return providers.QuiesceStatus{Done: true}, nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("member", m.Name, "node", m.NodeName)
+	_, cur, err := b.loadSecret(ctx, lb)
+	if err != nil {
+		return wait, err
+	}
+	wl, err := b.workload(ctx, lb)
+	if err != nil {
+		log.V(1).Info("Cannot reach the workload cluster; quiesce waits", "reason", err.Error())
+		return wait, nil
+	}
+	names := []string{m.NodeName}
+	for _, x := range cur.Members {
+		names = append(names, x.Name)
+	}
+	vs, nodes, err := b.readViews(ctx, wl, names)
+	if err != nil {
+		return wait, err
+	}
+	if node := nodes[m.NodeName]; node != nil {
+		if err := setNodeAnnotation(ctx, wl, node, agentv1.QuiesceAnnotation, quiesceReason(m.State)); err != nil {
+			return wait, err
+		}
+	}
+	key := string(lb.UID) + "/" + m.NodeName
+	var out bool
+	var why string
+	if cur.Has(m.NodeName) {
+		out, why = vs.quiesced(cur, m.NodeName)
+	} else {
+		// Already out of the membership: a non-member never claims. Only a node that still
+		// holds from before (the version-0 bootstrap) must let go first.
+		v := vs[m.NodeName]
+		out = !v.reported || v.dead() || !v.status.Holding || v.status.Quiesced
+		why = "it is not a member and does not hold the VIP"
+	}
+	if !out {
+		b.quiescedAt.Delete(key)
+		log.V(1).Info("Waiting for the agent to quiesce", "why", why)
+		return wait, nil
+	}
+	now := b.now()
+	first, _ := b.quiescedAt.LoadOrStore(key, now)
+	if left := lb.Spec.Quiesce.EffectiveDrainPeriod() - now.Sub(first.(time.Time)); left > 0 {
+		return providers.QuiesceStatus{RequeueAfter: min(left, b.pendingPoll())}, nil
+	}
+	if m.State == lbv1.TargetRemoving {
+		if cur.Has(m.NodeName) {
+			log.V(1).Info("Quiesced; waiting for the membership without it")
+			return wait, nil
+		}
+		if !vs.acknowledged(cur) {
+			log.V(1).Info("Quiesced and removed; waiting for a majority to run the new membership", "version", cur.Version)
+			return wait, nil
+		}
+	}
+	b.quiescedAt.Delete(key)
+	log.V(1).Info("Quiesce confirmed", "why", why)
+	return providers.QuiesceStatus{Done: true}, nil
+}
+
+// Restore implements providers.Backend: removing the quiesce request is enough; Ensure puts the
+// member back in rotation once its agent reports being in the data plane.
+func (b *Backend) Restore(ctx context.Context, lb *lbv1.LoadBalancer, m providers.Member) (providers.QuiesceStatus, error) {
+	b.quiescedAt.Delete(string(lb.UID) + "/" + m.NodeName)
+	if m.NodeName == "" {
+		return providers.QuiesceStatus{Done: true}, nil
+	}
+	wl, err := b.workload(ctx, lb)
+	if err != nil {
+		return providers.QuiesceStatus{RequeueAfter: b.pendingPoll()}, nil
+	}
+	node := &corev1.Node{}
+	if err := wl.Get(ctx, client.ObjectKey{Name: m.NodeName}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return providers.QuiesceStatus{Done: true}, nil
+		}
+		return providers.QuiesceStatus{}, fmt.Errorf("reading Node %s: %w", m.NodeName, err)
+	}
+	if err := setNodeAnnotation(ctx, wl, node, agentv1.QuiesceAnnotation, ""); err != nil {
+		return providers.QuiesceStatus{}, err
+	}
+	return providers.QuiesceStatus{Done: true}, nil
+}
+
+// Release implements providers.Backend: the annotations it wrote on reachable Nodes, the
+// IPAddressClaim and the bootstrap Secret. An unreachable workload cluster does not hold the
+// deletion up (the cluster is usually going away with the LoadBalancer).
+func (b *Backend) Release(ctx context.Context, lb *lbv1.LoadBalancer) error {
+	log := ctrl.LoggerFrom(ctx)
+	if wl, err := b.workload(ctx, lb); err == nil {
+		var nodes corev1.NodeList
+		if err := wl.List(ctx, &nodes); err != nil {
+			log.Info("Cannot list the workload cluster's Nodes; leaving their annotations", "reason", err.Error())
+		} else {
+			for i := range nodes.Items {
+				n := &nodes.Items[i]
+				for _, k := range []string{agentv1.MembershipAnnotation, agentv1.QuiesceAnnotation} {
+					if err := setNodeAnnotation(ctx, wl, n, k, ""); err != nil {
+						log.Info("Cannot remove an annotation", "node", n.Name, "annotation", k, "reason", err.Error())
+					}
+				}
+			}
+		}
+	} else {
+		log.V(1).Info("Workload cluster unreachable; leaving Node annotations", "reason", err.Error())
+	}
+	var errs []error
+	if lb.Spec.Backend.VIP() != nil && lb.Spec.Backend.VIP().AddressFrom != nil {
+		claim := &ipamv1.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: lb.Namespace, Name: ClaimName(lb)}}
+		if err := b.deleteOwned(ctx, lb, claim); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: lb.Namespace, Name: SecretName(lb)}}
+	if err := b.deleteOwned(ctx, lb, sec); err != nil {
+		errs = append(errs, err)
+	}
+	b.quiescedAt.Range(func(k, _ any) bool {
+		if s := k.(string); len(s) > len(lb.UID) && s[:len(lb.UID)] == string(lb.UID) {
+			b.quiescedAt.Delete(k)
+		}
+		return true
+	})
+	return errors.Join(errs...)
+}
+
+// deleteOwned deletes obj if it exists and lb controls it.
+func (b *Backend) deleteOwned(ctx context.Context, lb *lbv1.LoadBalancer, obj client.Object) error {
+	if err := b.opts.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading %T %s: %w", obj, obj.GetName(), err)
+	}
+	if !metav1.IsControlledBy(obj, lb) {
+		return nil
+	}
+	if err := b.opts.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
