@@ -105,11 +105,15 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Optio
 		defer stop()
 	}
 	if cfg.Admin.ControlSocket != "0" {
-		stop, err := serveControl(cfg.Admin.ControlSocket, controlHandler(a, reg))
-		if err != nil {
-			return err
+		// Without the socket (a read-only root filesystem with no
+		// /run/caplb mount) only manual quiesce is lost: the Node's
+		// annotations, SIGTERM and the election work as before, and
+		// nothing else can move the VIP.
+		if stop, err := serveControl(cfg.Admin.ControlSocket, controlHandler(a, reg)); err != nil {
+			log.Error(err, "control socket unavailable: POST/DELETE /quiesce disabled; mount a writable directory for admin.controlSocket")
+		} else {
+			defer stop()
 		}
-		defer stop()
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
