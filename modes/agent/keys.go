@@ -30,6 +30,9 @@ func electionConfig(cfg *Config, r election.Roster) (election.Config, error) {
 		Version:        r.Version,
 		Members:        r.Members,
 	}
+	if cfg.Membership.Dynamic {
+		ec.Digest = func(r election.Roster) string { return digestFor(cfg, r) }
+	}
 	if cfg.Membership.Dynamic && !r.Has(cfg.NodeName) {
 		addr, err := ownAddress(cfg)
 		if err != nil {

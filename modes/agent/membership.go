@@ -119,7 +119,12 @@ func (a *Agent) digest() string {
 	if a.ml == nil || !a.cfg.Membership.Dynamic {
 		return a.cfg.Digest()
 	}
-	c := *a.cfg
-	c.Members = a.ml.Roster().Document().Members
+	return digestFor(a.cfg, a.ml.Roster())
+}
+
+// digestFor is the digest of cfg with r's members.
+func digestFor(cfg *Config, r election.Roster) string {
+	c := *cfg
+	c.Members = r.Document().Members
 	return c.Digest()
 }

@@ -66,6 +66,12 @@ type Config struct {
 	// block for long) with every membership document a peer sends; the
 	// caller keeps the newest and calls SetRoster once it has persisted it.
 	OnMembership func(Roster)
+	// Digest, if set, computes this member's configuration digest for a
+	// roster. The membership then owns the gossiped Version and
+	// ConfigDigest and changes both together with the roster, so that no
+	// peer ever sees a new version with the old digest (which would read
+	// as a conflicting configuration).
+	Digest func(Roster) string
 }
 
 // Membership is a running memberlist plus this member's gossiped Meta.
@@ -132,6 +138,9 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		stop:        make(chan struct{}),
 	}
 	m.meta.Version = cfg.Version
+	if cfg.Digest != nil {
+		m.meta.ConfigDigest = cfg.Digest(m.roster)
+	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Self
 	mc.BindAddr = cfg.BindAddress
@@ -188,7 +197,10 @@ func (m *Membership) Changed() <-chan struct{} { return m.changed }
 // asynchronously (the caller never blocks on the network).
 func (m *Membership) SetMeta(meta Meta) {
 	m.mu.Lock()
-	meta.Version = m.roster.Version
+	meta.Version = m.meta.Version
+	if m.cfg.Digest != nil {
+		meta.ConfigDigest = m.meta.ConfigDigest
+	}
 	same := m.meta == meta
 	m.meta = meta
 	m.mu.Unlock()

@@ -77,6 +77,9 @@ func (m *Membership) SetRoster(r Roster) bool {
 	}
 	m.roster = Roster{Version: r.Version, Members: append([]Member(nil), r.Members...)}
 	m.meta.Version = r.Version
+	if m.cfg.Digest != nil {
+		m.meta.ConfigDigest = m.cfg.Digest(m.roster)
+	}
 	m.mu.Unlock()
 	m.broadcastRoster(r)
 	select {

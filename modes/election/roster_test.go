@@ -291,3 +291,29 @@ func TestAddedMemberDoesNotDropHolder(t *testing.T) {
 	g.Eventually(func() bool { return Decide(n1.View()).Quorum }, 5*time.Second, 20*time.Millisecond).Should(BeFalse(),
 		"a seen member that dies counts as down")
 }
+
+// TestVersionAndDigestMoveTogether: with a Digest function the membership
+// changes the gossiped version and digest in one step with the roster (a
+// peer that saw the new version with the old digest would count this
+// member as misconfigured and drop it from its quorum).
+func TestVersionAndDigestMoveTogether(t *testing.T) {
+	g := NewWithT(t)
+	port := freePortN(t, 1)
+	digest := func(r Roster) string { return fmt.Sprintf("d%d", len(r.Members)) }
+	m, err := Start(Config{Self: "m1", Members: roster(1, 1).Members, Version: 1, Dynamic: true, Port: port,
+		ProbeInterval: 300 * time.Millisecond, ProbeTimeout: 150 * time.Millisecond, SuspicionMult: 4,
+		GossipInterval: 20 * time.Millisecond, RejoinInterval: time.Second, Digest: digest},
+		Meta{ConfigDigest: "from-caller"}, logr.Discard())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = m.Close() }()
+	v := m.View()
+	g.Expect([]any{v.Version, v.Digest}).To(Equal([]any{int64(1), "d1"}))
+	m.SetMeta(Meta{Eligible: true, ConfigDigest: "stale", Version: 7})
+	v = m.View()
+	g.Expect([]any{v.Version, v.Digest, v.Members[0].Meta.Eligible}).To(Equal([]any{int64(1), "d1", true}),
+		"the caller sets eligibility, not the version or digest")
+	g.Expect(m.SetRoster(roster(2, 1, 2))).To(BeTrue())
+	v = m.View()
+	g.Expect([]any{v.Version, v.Digest, v.Members[0].Meta.Version, v.Members[0].Meta.ConfigDigest}).
+		To(Equal([]any{int64(2), "d2", int64(2), "d2"}))
+}
