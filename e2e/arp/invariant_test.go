@@ -14,9 +14,11 @@ import (
 )
 
 // transitionWindow bounds how long after a fault (or its repair) the VIP may
-// be held by zero or two nodes. Generous for a loaded 2-core CI machine; the
-// benchmark measures the real figures.
-const transitionWindow = 4 * time.Second
+// be held by zero or two nodes. docs/backends/arp.md documents hard failover
+// at p99 0.49-0.60 s and at most 1.07 s at load average 13 on a 2-core
+// machine; 2 s leaves margin for a loaded CI machine while a regression to
+// seconds fails (it used to be 4 s, which forgave a 3.9 s gap).
+const transitionWindow = 2 * time.Second
 
 // ownerSampler checks "exactly one owner at any sampled instant outside a
 // bounded transition window": it samples the nodes' kernels every 10ms and
@@ -30,7 +32,20 @@ type ownerSampler struct {
 	mu      sync.Mutex
 	samples []sample
 	events  []event
+	// stale nodes keep the VIP in their kernel for a known reason (a
+	// SIGKILLed agent cannot clean up until it restarts); not counted.
+	stale map[string]bool
+	// noGap: a sample with nobody holding the VIP is never forgiven (the
+	// make-before-break changes of a membership must never lose the VIP),
+	// and two holders only for at most overlapBound in a row (a hand-over's
+	// drain: the old owner keeps the address, quiet, quiesce.drain after the
+	// successor announced).
+	noGap bool
 }
+
+// overlapBound: quiesce.drain (500 ms) plus the time for the old owner to
+// see its successor in gossip and act, with margin for a loaded machine.
+const overlapBound = 1500 * time.Millisecond
 
 type sample struct {
 	at      time.Time
@@ -43,7 +58,7 @@ type event struct {
 }
 
 func newOwnerSampler(c *lab.Cluster, vip netip.Addr) *ownerSampler {
-	s := &ownerSampler{c: c, vip: vip, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &ownerSampler{c: c, vip: vip, stop: make(chan struct{}), done: make(chan struct{}), stale: map[string]bool{}}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(10 * time.Millisecond)
@@ -59,7 +74,13 @@ func newOwnerSampler(c *lab.Cluster, vip netip.Addr) *ownerSampler {
 				continue
 			}
 			s.mu.Lock()
-			s.samples = append(s.samples, sample{at: time.Now(), holders: h})
+			var counted []string
+			for _, n := range h {
+				if !s.stale[n] {
+					counted = append(counted, n)
+				}
+			}
+			s.samples = append(s.samples, sample{at: time.Now(), holders: counted})
 			s.mu.Unlock()
 		}
 	}()
@@ -73,6 +94,13 @@ func (s *ownerSampler) mark(what string) {
 	s.mu.Unlock()
 }
 
+// setStale excludes (or counts again) node's kernel from the samples.
+func (s *ownerSampler) setStale(node string, stale bool) {
+	s.mu.Lock()
+	s.stale[node] = stale
+	s.mu.Unlock()
+}
+
 // check stops sampling and fails t for every sample outside all transition
 // windows that does not show exactly one holder.
 func (s *ownerSampler) check(t *testing.T) {
@@ -82,11 +110,27 @@ func (s *ownerSampler) check(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var bad []string
+	var overlapSince time.Time
 	for _, smp := range s.samples {
+		if s.noGap && len(smp.holders) == 2 {
+			if overlapSince.IsZero() {
+				overlapSince = smp.at
+			}
+			if smp.at.Sub(overlapSince) <= overlapBound {
+				continue
+			}
+			bad = append(bad, fmt.Sprintf("%s holders=%v for %v", smp.at.Format("15:04:05.000"), smp.holders, smp.at.Sub(overlapSince).Round(time.Millisecond)))
+			continue
+		}
+		overlapSince = time.Time{}
 		if len(smp.holders) == 1 {
 			continue
 		}
 		covered := false
+		if len(smp.holders) == 0 && s.noGap {
+			bad = append(bad, fmt.Sprintf("%s nobody holds the VIP", smp.at.Format("15:04:05.000")))
+			continue
+		}
 		for _, e := range s.events {
 			if !smp.at.Before(e.at) && smp.at.Sub(e.at) <= transitionWindow {
 				covered = true

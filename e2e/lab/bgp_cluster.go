@@ -94,7 +94,14 @@ func StartBGPCluster(l *Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	pki, err := WriteTestPKI(l.Dir())
+	hosts := []string{}
+	for _, n := range r.Nodes {
+		hosts = append(hosts, n.Name)
+	}
+	for _, v := range opts.VIPs {
+		hosts = append(hosts, v.String())
+	}
+	pki, err := WriteTestPKI(l.Dir(), hosts...)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +151,7 @@ func (m *BGPMember) AgentConfig() agent.Config {
 			Interval: agent.Duration{Duration: c.opts.HealthInterval}, Timeout: agent.Duration{Duration: 500 * time.Millisecond},
 			Rise: 2, Fall: c.opts.HealthFall},
 		Quiesce: agent.QuiesceConfig{Drain: agent.Duration{Duration: c.opts.Drain}},
-		Admin:   agent.AdminConfig{Listen: adminListen},
+		Admin:   agent.AdminConfig{Listen: adminListen, ControlSocket: m.controlSocket()},
 		BGP:     bc,
 	}
 	for _, v := range c.VIPs {
@@ -268,12 +275,21 @@ func (m *BGPMember) Log() string {
 	return string(b)
 }
 
+func (m *BGPMember) controlSocket() string {
+	return filepath.Join(m.cluster.Lab.Dir(), m.Name+"-control.sock")
+}
+
+// admin: GET to the read-only listener, anything else to the control socket.
 func (m *BGPMember) admin(ctx context.Context, method, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+adminListen+path, nil)
+	client, base := m.NS.HTTPClient(2*time.Second), "http://"+adminListen
+	if method != http.MethodGet {
+		client, base = UnixHTTPClient(m.controlSocket(), 2*time.Second), "http://agent"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := m.NS.HTTPClient(2 * time.Second).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s %s: %w", m.Name, method, path, err)
 	}

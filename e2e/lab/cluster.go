@@ -59,6 +59,9 @@ type ClusterOptions struct {
 	Tune func(node int, cfg *agent.Config)
 	// AgentVerbosity is passed as -v.
 	AgentVerbosity int
+	// Idle nodes (by index) start without their agent: a test starts it
+	// later (StartAgent), e.g. a machine that joins the control plane.
+	Idle func(node int) bool
 	// NoAgents builds the lab and starts the stand-ins but no agent: the
 	// caller runs another VIP daemon (the ARP bench's keepalived peer).
 	NoAgents bool
@@ -72,7 +75,9 @@ type Cluster struct {
 	Nodes  []*Node
 	VIPs   []netip.Addr
 	PKI    PKI
-	opts   ClusterOptions
+	// GossipKey is the key file every agent uses (mode 0600).
+	GossipKey string
+	opts      ClusterOptions
 }
 
 // Node is one control-plane node of the lab.
@@ -89,6 +94,7 @@ type Node struct {
 	fail    string // stand-in fail file
 	http    *http.Client
 	starts  int
+	socket  string // control socket
 }
 
 // StartCluster builds the topology and starts a stand-in apiserver and the
@@ -102,7 +108,17 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 		c.VIPs = append(c.VIPs, VIPv6)
 	}
 	var err error
-	if c.PKI, err = WriteTestPKI(l.Dir()); err != nil {
+	hosts := []string{}
+	for i := 1; i <= opts.Nodes; i++ {
+		hosts = append(hosts, "n"+strconv.Itoa(i), netip.AddrFrom4([4]byte{10, 44, 0, byte(10 + i)}).String())
+	}
+	for _, v := range c.VIPs {
+		hosts = append(hosts, v.String())
+	}
+	if c.PKI, err = WriteTestPKI(l.Dir(), hosts...); err != nil {
+		return nil, err
+	}
+	if c.GossipKey, err = WriteGossipKey(filepath.Join(l.Dir(), "gossip.key")); err != nil {
 		return nil, err
 	}
 	if c.Switch, err = l.AddNamespace("sw"); err != nil {
@@ -145,6 +161,7 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 		n.fail = filepath.Join(l.Dir(), n.Name+".readyz-fail")
+		n.socket = n.ControlSocket(l)
 		n.http = n.NS.HTTPClient(2 * time.Second)
 		ports = append(ports, n.Port)
 		c.Nodes = append(c.Nodes, n)
@@ -165,9 +182,12 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	for _, n := range c.Nodes {
+	for i, n := range c.Nodes {
 		if opts.NoAgents {
 			break
+		}
+		if opts.Idle != nil && opts.Idle(i) {
+			continue
 		}
 		if err := c.StartAgent(n); err != nil {
 			return nil, err
@@ -187,7 +207,8 @@ func (c *Cluster) writeConfig(i int, n *Node) error {
 			URL:    "https://127.0.0.1:" + strconv.Itoa(ReadyzPort) + "/readyz",
 			CAFile: c.PKI.CAFile,
 		},
-		Admin: agent.AdminConfig{Listen: AdminAddr},
+		Admin:    agent.AdminConfig{Listen: AdminAddr, ControlSocket: n.ControlSocket(c.Lab)},
+		Election: agent.ElectionConfig{SecretKeyFile: c.GossipKey},
 	}
 	for _, v := range c.VIPs {
 		cfg.VIPs = append(cfg.VIPs, v.String())
@@ -247,13 +268,23 @@ func (n *Node) Status(ctx context.Context) (agent.Status, error) {
 	return s, nil
 }
 
-// Admin sends method to the agent's admin path and returns the status code.
+// ControlSocket is the node's agent control socket (a path on the host:
+// the lab's nodes share one filesystem, so each has its own).
+func (n *Node) ControlSocket(l *Lab) string { return filepath.Join(l.Dir(), n.Name+"-control.sock") }
+
+// Admin sends method to the agent's admin path and returns the status
+// code: GET to the read-only listener, anything else (POST/DELETE
+// /quiesce) to the root-only control socket, as an operator would.
 func (n *Node) Admin(ctx context.Context, method, path string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+AdminAddr+path, nil)
+	client, base := n.http, "http://"+AdminAddr
+	if method != http.MethodGet {
+		client, base = UnixHTTPClient(n.socket, 2*time.Second), "http://agent"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := n.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("%s %s %s: %w", n.Name, method, path, err)
 	}

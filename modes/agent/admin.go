@@ -7,23 +7,47 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// adminHandler serves the local admin endpoints:
+// readOnlyHandler serves the admin listener (admin.listen), which has no
+// authentication and so changes nothing:
 //
 //	GET    /metrics  Prometheus metrics
 //	GET    /healthz  200 while the agent loop runs
 //	GET    /status   the agent's state as JSON (Status)
+func readOnlyHandler(a *Agent, gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	readOnly(mux, a, gatherer)
+	return mux
+}
+
+// controlHandler serves the control socket (admin.controlSocket, root
+// only): the read-only endpoints and
+//
 //	POST   /quiesce  hand the VIP over (make-before-break) and stay out of the election
 //	DELETE /quiesce  take part in the election again
-//
-// It has no authentication; the listener belongs on loopback.
-func adminHandler(a *Agent, gatherer prometheus.Gatherer) http.Handler {
+func controlHandler(a *Agent, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
+	readOnly(mux, a, gatherer)
+	mux.HandleFunc("POST /quiesce", func(w http.ResponseWriter, _ *http.Request) {
+		a.Quiesce(true)
+		writeJSON(w, http.StatusAccepted, map[string]string{"quiescing": "requested"})
+	})
+	mux.HandleFunc("DELETE /quiesce", func(w http.ResponseWriter, _ *http.Request) {
+		a.Quiesce(false)
+		writeJSON(w, http.StatusAccepted, map[string]string{"quiescing": "cancelled"})
+	})
+	return mux
+}
+
+func readOnly(mux *http.ServeMux, a *Agent, gatherer prometheus.Gatherer) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		s := a.Status()
@@ -36,15 +60,6 @@ func adminHandler(a *Agent, gatherer prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, a.Status())
 	})
-	mux.HandleFunc("POST /quiesce", func(w http.ResponseWriter, _ *http.Request) {
-		a.Quiesce(true)
-		writeJSON(w, http.StatusAccepted, map[string]string{"quiescing": "requested"})
-	})
-	mux.HandleFunc("DELETE /quiesce", func(w http.ResponseWriter, _ *http.Request) {
-		a.Quiesce(false)
-		writeJSON(w, http.StatusAccepted, map[string]string{"quiescing": "cancelled"})
-	})
-	return mux
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -62,6 +77,33 @@ func serveAdmin(addr string, h http.Handler) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin.listen %s: %w", addr, err)
 	}
+	return serve(ln, h), nil
+}
+
+// serveControl listens on the unix socket at path, mode 0600 in a 0700
+// directory: only root (the agent's user) may connect. A stale socket from
+// an earlier run is replaced.
+func serveControl(path string, h http.Handler) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("admin.controlSocket: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("admin.controlSocket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("admin.controlSocket: %w", err)
+	}
+	return serve(ln, h), nil
+}
+
+func serve(ln net.Listener, h http.Handler) func() {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -72,5 +114,5 @@ func serveAdmin(addr string, h http.Handler) (func(), error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-	}, nil
+	}
 }

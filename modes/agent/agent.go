@@ -28,6 +28,9 @@ type membership interface {
 	ConfirmedAt() time.Time
 	Leave(timeout time.Duration) error
 	Close() error
+	Roster() election.Roster
+	SetRoster(election.Roster) bool
+	Pull(names []string)
 }
 
 // health is what the agent needs from the health checker.
@@ -74,7 +77,12 @@ type Agent struct {
 	vips   []netip.Addr
 
 	wake     chan struct{}
-	quiesceC chan bool
+	quiesceC chan quiesceRequest
+	// prober checks, in the bootstrap membership, that nobody answers for
+	// the VIP before this node takes it (nil: claim without probing).
+	prober vipProber
+	// store keeps the newest membership (nil in tests without one).
+	store *memberStore
 
 	// Loop state, owned by the loop goroutine.
 	holding       bool
@@ -93,9 +101,16 @@ type Agent struct {
 	lastReason    string
 	lastChange    time.Time
 	waitingReason string
-	silent        string     // fastfail.go: the holder we have not heard from
-	silentLogged  string     // fastfail.go
-	link          *linkWatch // linkwatch.go; nil: not watched
+	// quiesceBy: who asks this node to stay out ("admin", "node"), and why.
+	quiesceBy    map[string]string
+	releasedAt   time.Time
+	nextProbe    time.Time
+	lastProbe    string
+	pulledAt     time.Time
+	lastFailOpen bool
+	silent       string     // fastfail.go: the holder we have not heard from
+	silentLogged string     // fastfail.go
+	link         *linkWatch // linkwatch.go; nil: not watched
 
 	mu     sync.Mutex
 	status Status
@@ -114,7 +129,8 @@ const (
 func newAgent(cfg *Config, log logr.Logger, dp dataplane.Dataplane, ml membership, h health, m *metrics) *Agent {
 	return &Agent{
 		cfg: cfg, log: log, dp: dp, ml: ml, health: h, m: m, vips: cfg.ParsedVIPs(),
-		wake: make(chan struct{}, 1), quiesceC: make(chan bool, 4),
+		wake: make(chan struct{}, 1), quiesceC: make(chan quiesceRequest, 8),
+		quiesceBy: map[string]string{},
 	}
 }
 
@@ -127,8 +143,15 @@ func (a *Agent) Wake() {
 }
 
 // Quiesce asks the agent to hand the VIP over and stay out of the election
-// (on=true), or to take part again (on=false).
-func (a *Agent) Quiesce(on bool) { a.quiesceC <- on }
+// (on=true), or to take part again (on=false), on behalf of the admin
+// socket.
+func (a *Agent) Quiesce(on bool) {
+	reason := ""
+	if on {
+		reason = "admin request"
+	}
+	a.requestQuiesce("admin", reason)
+}
 
 // Run runs the loop until ctx ends, then hands over (make-before-break, at
 // most quiesce.handoverTimeout), leaves the group and returns. force ending
@@ -157,11 +180,8 @@ func (a *Agent) Run(ctx, force context.Context) (err error) {
 			a.exiting, a.quiescing = true, true
 			a.handoverStart = time.Now()
 			a.log.Info("exit requested: handing over before releasing", "holding", a.holding)
-		case on := <-a.quiesceC:
-			if on != a.quiescing && !a.exiting {
-				a.quiescing = on
-				a.log.Info("quiesce request", "quiescing", on)
-			}
+		case q := <-a.quiesceC:
+			a.applyQuiesce(q)
 		case <-a.wake:
 		case <-changed:
 		case <-t.C:
@@ -178,17 +198,22 @@ func (a *Agent) step(now time.Time) {
 	healthy, healthDetail := a.health.state()
 	// Once a successor announces the VIPs, the hand-over runs to its end
 	// even if the API server recovers meanwhile: reclaiming as the more
-	// preferred holder would move the VIP back and forth.
+	// preferred holder would move the VIP back and forth. A node outside
+	// the membership it runs is never eligible (the bootstrap membership,
+	// version 0 with no members, excepted).
 	eligible := healthy && !a.quiescing && !a.handingOver && a.link.up(now)
 	var view election.View
 	var d election.Decision
 	if a.ml != nil {
+		view = a.ml.View()
+		eligible = eligible && (view.Member || a.bootstrap(view))
 		a.ml.SetMeta(a.meta(eligible))
 		view = a.ml.View()
 		a.silent = a.silentHolder(view, now)
 		a.ml.SetMeta(a.meta(eligible)) // no-op unless Silent changed
 		a.dropSilentHolders(&view)
 		d = election.Decide(view)
+		a.pullNewer(now, view, d)
 	}
 	// Out of touch with a majority (a bad link, or this process stalled):
 	// the view is stale, so a claim waits a full settle once contact is
@@ -256,6 +281,7 @@ func (a *Agent) step(now time.Time) {
 		a.handoverStart, a.successorAt, a.successor = time.Time{}, time.Time{}, ""
 		if !want {
 			a.handingOver = false
+			a.releasedAt = now
 		}
 		if a.ml != nil {
 			a.ml.SetMeta(a.meta(eligible))
@@ -297,6 +323,9 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		return false, "not eligible: " + a.ineligibleReason(healthy)
 	}
 	self := a.cfg.NodeName
+	if a.bootstrap(v) {
+		return a.decideBootstrap(now, eligible, healthy)
+	}
 	settled := !a.quorumSince.IsZero() && now.Sub(a.quorumSince) >= a.cfg.Election.Settle.Duration
 	if a.holding || !(eligible && d.Quorum && d.Owner == self) {
 		a.claimSince = time.Time{}
@@ -318,6 +347,12 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		}
 		if !settled {
 			return false, "quorum regained; settling before claiming"
+		}
+		if d.Stale(v) {
+			return false, fmt.Sprintf("claim withheld: a peer runs membership version %d, this node %d", d.Newest, v.Version)
+		}
+		if !d.ClaimQuorum {
+			return false, fmt.Sprintf("claim withheld: %d of %d members agree on membership version %d and the configuration (conflicting: %v)", d.Agreeing, len(v.Members), v.Version, d.Conflicting)
 		}
 		// Members ahead of us in preference that are alive may be eligible
 		// with news that has not reached us yet (a quiesce cancelled, a
@@ -376,7 +411,15 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 	}
 	a.successor, a.successorAt = "", time.Time{}
 	waited := now.Sub(a.handoverStart)
+	a.lastFailOpen = false
 	switch {
+	case !healthy && !candidate && !a.exiting && !a.quiescing && v.Member && a.failOpen():
+		// Fail-open: every member's API server failing at once is etcd
+		// losing quorum, not this node; the VIP stays where it is so that
+		// recovery tools reach an endpoint. Only with quorum (checked
+		// above): a minority never holds.
+		a.lastFailOpen = true
+		return true, "fail-open: local API server unhealthy but no member is eligible; keeping the VIP"
 	case !healthy && !candidate:
 		return false, "local API server unhealthy and no eligible member to hand over to"
 	case a.exiting && !candidate:
@@ -388,46 +431,6 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 	}
 	return true, "handing over: waiting for a successor to announce"
 }
-
-// lostContact: a majority has not answered direct pings for longer than
-// election.contactTimeout. Gossip alone can keep a cut-off owner believing
-// it has quorum (see election.Membership.ConfirmedAt).
-func (a *Agent) lostContact(now time.Time) bool {
-	at := a.ml.ConfirmedAt()
-	return !at.IsZero() && now.Sub(at) > a.cfg.Election.ContactTimeout.Duration
-}
-
-// holdThroughNoQuorum: gossip lost quorum only just now, while a majority
-// answered direct pings within the last two probe intervals. When a
-// partition heals, the isolated side's stale death notices make live
-// members look dead for a few milliseconds, until they refute them; an
-// owner that released on that blip would hand the VIP back to the member
-// that was cut off. A real minority stops getting answers before gossip
-// gives up on the others, so it still releases at once.
-func (a *Agent) holdThroughNoQuorum(now time.Time) bool {
-	e := a.cfg.Election
-	at := a.ml.ConfirmedAt()
-	return !at.IsZero() && now.Sub(at) <= 2*e.ProbeInterval.Duration &&
-		!a.quorumLostAt.IsZero() && now.Sub(a.quorumLostAt) <= e.ContactTimeout.Duration
-}
-
-// aliveAhead counts alive members preferred over self.
-func aliveAhead(v election.View, self string) int {
-	n := 0
-	for _, m := range v.Members {
-		if m.Name == self {
-			break
-		}
-		if m.Alive {
-			n++
-		}
-	}
-	return n
-}
-
-// claimStagger is the head start per alive member preferred over this one:
-// three gossip rounds.
-func claimStagger(c *Config) time.Duration { return 3 * c.Election.GossipInterval.Duration }
 
 func (a *Agent) ineligibleReason(healthy bool) string {
 	switch {
@@ -441,12 +444,14 @@ func (a *Agent) ineligibleReason(healthy bool) string {
 		return "hand-over in progress"
 	case !a.link.up(time.Now()):
 		return "VIP interface down or back up less than " + linkHoldDown.String() + " ago"
+	case a.ml != nil && !a.ml.Roster().Has(a.cfg.NodeName):
+		return fmt.Sprintf("not a member of membership version %d", a.ml.Roster().Version)
 	}
 	return "eligible"
 }
 
 func (a *Agent) meta(eligible bool) election.Meta {
-	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.cfg.Digest(), Silent: a.silent}
+	return election.Meta{Eligible: eligible, Holding: a.holding, Quiescing: a.quiescing, ConfigDigest: a.digest(), Silent: a.silent}
 }
 
 // shutdown releases everything on every exit path.

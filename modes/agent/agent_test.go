@@ -24,16 +24,60 @@ type fakeML struct {
 	contact  time.Time
 	changed  chan struct{}
 	left     bool
+	// Dynamic membership: the version self runs, whether self is in it,
+	// nodes outside it; a peer's empty digest means "agrees with self".
+	version   int64
+	nonMember bool
+	outside   []election.MemberView
+	pulled    []string
+	roster    election.Roster
 }
 
 func (f *fakeML) View() election.View {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	agree := func(in []election.MemberView) []election.MemberView {
+		out := append([]election.MemberView(nil), in...)
+		for i := range out {
+			if out[i].Meta.ConfigDigest == "" {
+				out[i].Meta.ConfigDigest = f.self.ConfigDigest
+				if out[i].Meta.Version == 0 {
+					out[i].Meta.Version = f.version
+				}
+			}
+		}
+		return out
+	}
+	others := agree(f.others)
 	var ms []election.MemberView
-	ms = append(ms, f.others[:f.selfIdx]...)
-	ms = append(ms, election.MemberView{Name: "self", Alive: true, Meta: f.self})
-	ms = append(ms, f.others[f.selfIdx:]...)
-	return election.View{Self: "self", Members: ms}
+	ms = append(ms, others[:f.selfIdx]...)
+	if !f.nonMember {
+		ms = append(ms, election.MemberView{Name: "self", Alive: true, Meta: f.self})
+	}
+	ms = append(ms, others[f.selfIdx:]...)
+	return election.View{Self: "self", Members: ms, Others: agree(f.outside), Version: f.version,
+		Digest: f.self.ConfigDigest, Member: !f.nonMember}
+}
+func (f *fakeML) Roster() election.Roster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.roster
+	r.Version = f.version
+	if !f.nonMember && !r.Has("self") {
+		r.Members = append(r.Members, election.Member{Name: "self"})
+	}
+	return r
+}
+func (f *fakeML) SetRoster(r election.Roster) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.roster, f.version = r, r.Version
+	return true
+}
+func (f *fakeML) Pull(names []string) {
+	f.mu.Lock()
+	f.pulled = append(f.pulled, names...)
+	f.mu.Unlock()
 }
 func (f *fakeML) SetMeta(m election.Meta)  { f.mu.Lock(); f.self = m; f.mu.Unlock() }
 func (f *fakeML) Changed() <-chan struct{} { return f.changed }
@@ -82,9 +126,13 @@ func (d *fakeDP) Close(context.Context) error {
 }
 func (d *fakeDP) SetQuiet(q bool) { d.mu.Lock(); d.quiet = q; d.mu.Unlock() }
 
-type fakeHealth struct{ ok bool }
+type fakeHealth struct {
+	mu sync.Mutex
+	ok bool
+}
 
-func (h *fakeHealth) state() (bool, string) { return h.ok, "fake" }
+func (h *fakeHealth) state() (bool, string) { h.mu.Lock(); defer h.mu.Unlock(); return h.ok, "fake" }
+func (h *fakeHealth) set(ok bool)           { h.mu.Lock(); h.ok = ok; h.mu.Unlock() }
 
 // newTestAgent: self is the most preferred of three members unless selfIdx>0.
 func newTestAgent(t *testing.T, selfIdx int) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
@@ -96,6 +144,7 @@ nodeName: self
 vips: ["192.0.2.10"]
 members: [{name: self, address: 192.0.2.1}, {name: b, address: 192.0.2.2}, {name: c, address: 192.0.2.3}]
 health: {insecureSkipVerify: true}
+election: {insecure: true}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -177,16 +226,46 @@ func TestRecoveryDuringDrainDoesNotReclaim(t *testing.T) {
 }
 
 func TestReleaseRules(t *testing.T) {
-	t.Run("unhealthy with nobody to hand over to releases at once", func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failOpen *bool
+		holds    bool
+	}{
+		{"unhealthy with nobody eligible keeps the VIP (fail-open, the default)", nil, true},
+		{"unhealthy with nobody eligible releases at once with failOpen: false", new(false), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			a, ml, _, h := newTestAgent(t, 0)
+			a.cfg.Election.FailOpen = tc.failOpen
+			t0 := time.Now()
+			a.step(t0)
+			a.step(t0.Add(time.Second))
+			g.Expect(a.holding).To(BeTrue())
+			ml.set(0, true, election.Meta{})
+			ml.set(1, true, election.Meta{})
+			h.ok = false
+			a.step(t0.Add(1100 * time.Millisecond))
+			g.Expect(a.holding).To(Equal(tc.holds))
+			if tc.holds {
+				g.Expect(a.Status().Report.Reason).To(ContainSubstring("fail-open"))
+				// A member recovers: it claims, and the fail-open owner hands over.
+				ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+				a.step(t0.Add(1200 * time.Millisecond))
+				a.step(t0.Add(1800 * time.Millisecond))
+				g.Expect(a.holding).To(BeFalse(), "handed over to the recovered member after the drain")
+			}
+		})
+	}
+	t.Run("fail-open never holds without quorum", func(t *testing.T) {
 		g := NewWithT(t)
 		a, ml, _, h := newTestAgent(t, 0)
 		t0 := time.Now()
 		a.step(t0)
 		a.step(t0.Add(time.Second))
-		g.Expect(a.holding).To(BeTrue())
-		ml.set(0, true, election.Meta{})
-		ml.set(1, true, election.Meta{})
 		h.ok = false
+		ml.set(0, false, election.Meta{})
+		ml.set(1, false, election.Meta{})
 		a.step(t0.Add(1100 * time.Millisecond))
 		g.Expect(a.holding).To(BeFalse())
 	})

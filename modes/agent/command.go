@@ -25,16 +25,20 @@ The first SIGTERM or SIGINT hands the VIP over to the next owner before letting
 go (make-before-break); a second one exits at once. The VIP is removed on every
 exit path except SIGKILL, whose leftovers the next start removes.
 
-Admin endpoints (admin.listen, default 127.0.0.1:7473): GET /metrics, /healthz,
-/status; POST /quiesce (hand over and stay out), DELETE /quiesce (take part again).`,
+Admin endpoints (admin.listen, default 127.0.0.1:7473, read-only): GET /metrics,
+/healthz, /status. Control socket (admin.controlSocket, default /run/caplb/agent.sock,
+root only): the same, plus POST /quiesce (hand over and stay out) and DELETE
+/quiesce (take part again). SIGHUP re-reads membership.stateFile; SIGQUIT exits at
+once (VIP removed).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := NewLogger(verbosity)
 			cfg, err := Load(configPath)
 			if err != nil {
 				return err
 			}
-			ctx, force := signalContexts(log)
-			return Run(ctx, force, cfg, log)
+			reload := make(chan struct{}, 1)
+			ctx, force := signalContexts(log, reload)
+			return Run(ctx, force, cfg, log, WithReload(reload))
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/agent.yaml", "agent configuration file (YAML)")
@@ -49,19 +53,36 @@ func NewLogger(v int) logr.Logger {
 }
 
 // signalContexts: the first SIGTERM/SIGINT ends ctx (graceful hand-over), the
-// second ends force (exit now).
-func signalContexts(log logr.Logger) (ctx, force context.Context) {
+// second ends force (exit now). SIGQUIT ends both (exit now, but through the
+// cleanup that removes the VIPs, where Go's default would dump and exit with
+// the VIPs still on the interface). SIGHUP (which would otherwise kill the
+// process without cleanup) asks for the membership state file to be read
+// again.
+func signalContexts(log logr.Logger, reload chan<- struct{}) (ctx, force context.Context) {
 	ctx, stop := context.WithCancel(context.Background())
 	force, stopForce := context.WithCancel(context.Background())
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
 	go func() {
-		s := <-ch
-		log.Info("signal received: handing over and exiting", "signal", s.String())
-		stop()
-		s = <-ch
-		log.Info("second signal: exiting now", "signal", s.String())
-		stopForce()
+		graceful := false
+		for s := range ch {
+			switch {
+			case s == syscall.SIGHUP:
+				log.Info("SIGHUP: reading the membership state file again")
+				select {
+				case reload <- struct{}{}:
+				default:
+				}
+			case s == syscall.SIGQUIT || graceful:
+				log.Info("exiting now (VIPs removed, no hand-over)", "signal", s.String())
+				stop()
+				stopForce()
+			default:
+				graceful = true
+				log.Info("signal received: handing over and exiting", "signal", s.String())
+				stop()
+			}
+		}
 	}()
 	return ctx, force
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
 )
 
 const validYAML = `
@@ -19,6 +20,8 @@ members:
 - {name: cp-3, address: 192.0.2.13}
 health:
   caFile: /etc/kubernetes/pki/ca.crt
+election:
+  secretKeyFile: /etc/caplb/gossip.key
 `
 
 func TestParseDefaults(t *testing.T) {
@@ -53,11 +56,21 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"duplicate member", strings.Replace(validYAML, "name: cp-3", "name: cp-2", 1), []string{`members[2].name: "cp-2" is listed twice`}},
 		{"https without CA", strings.Replace(validYAML, "  caFile: /etc/kubernetes/pki/ca.crt", "  interval: 1s", 1),
 			[]string{"health.caFile: is empty", "insecureSkipVerify: true"}},
-		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`want a duration such as "200ms"`}},
-		{"probe timeout too long", validYAML + "election: {probeTimeout: 200ms}\n",
+		{"bad duration", validYAML + "quiesce: {drain: soon}\n", []string{`quiesce.drain: "soon" is not a duration`}},
+		{"duration without a unit names the field", validYAML + "quiesce: {drain: 200}\n", []string{`quiesce.drain: 200 is not a duration; write it with a unit`}},
+		{"nested duration", validYAML + "  probeInterval: fast\n", []string{`election.probeInterval: "fast" is not a duration`}},
+		{"probe timeout too long", validYAML + "  probeTimeout: 200ms\n",
 			[]string{"election.probeTimeout: 200ms must be shorter than election.probeInterval (100ms)"}},
-		{"contact timeout too short", validYAML + "election: {contactTimeout: 150ms}\n",
+		{"contact timeout too short", validYAML + "  contactTimeout: 150ms\n",
 			[]string{"election.contactTimeout: 150ms is shorter than 2 x election.probeInterval (200ms)"}},
+		{"contact timeout below three ping tries", validYAML + "  probeTimeout: 90ms\n  contactTimeout: 300ms\n",
+			[]string{"election.contactTimeout: 300ms is shorter than election.probeInterval + 3 x election.probeTimeout (370ms)"}},
+		{"arp gossip needs a key", strings.Replace(validYAML, "  secretKeyFile: /etc/caplb/gossip.key\n", "  port: 7946\n", 1),
+			[]string{"election.secretKeyFile: is empty", "election.insecure: true"}},
+		{"insecure and a key", validYAML + "  insecure: true\n", []string{"election.insecure: is set together with a key file"}},
+		{"secondary key without a primary", strings.Replace(validYAML, "  secretKeyFile: /etc/caplb/gossip.key\n", "  secondaryKeyFiles: [/k]\n  insecure: true\n", 1),
+			[]string{"election.secondaryKeyFiles: needs election.secretKeyFile"}},
+		{"relative control socket", validYAML + "admin: {controlSocket: agent.sock}\n", []string{`admin.controlSocket: "agent.sock" is not an absolute path`}},
 		{"bgp needs its section", validYAML + "mode: bgp\n", []string{"bgp: is required in bgp mode"}},
 		{"bgp ipv6 vip without an ipv6 peer", validYAML + "mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
 			[]string{"vips: bgp.peers: VIP 2001:db8::10 needs an IPv6 peer"}},
@@ -74,6 +87,35 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExplicitZeros: 0 where it means something is kept; a missing field
+// takes the default.
+func TestExplicitZeros(t *testing.T) {
+	g := NewWithT(t)
+	c, err := Parse([]byte(validYAML + "quiesce: {drain: 0s}\narp: {burstCount: 0}\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Quiesce.Drain.Duration).To(BeZero())
+	g.Expect(c.ARP.BurstCount).To(BeZero())
+	c, err = Parse([]byte(validYAML))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
+	g.Expect(c.ARP.BurstCount).To(Equal(5))
+
+	// A configuration rendered from the type (the manager, the lab) leaves
+	// unset durations out, so they take their defaults rather than an
+	// explicit 0.
+	r := NewConfig()
+	r.NodeName, r.VIPs = "cp-1", []string{"192.0.2.10"}
+	r.Members = []MemberConfig{{Name: "cp-1", Address: "192.0.2.11"}}
+	r.Health.InsecureSkipVerify, r.Election.Insecure = true, true
+	b, err := yaml.Marshal(r)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).NotTo(ContainSubstring("drain"))
+	c, err = Parse(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
+	g.Expect(c.ARP.BurstCount).To(Equal(5))
 }
 
 func TestSampleConfigParses(t *testing.T) {

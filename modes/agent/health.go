@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 // healthChecker polls the local API server and turns its answers into a
@@ -17,6 +19,9 @@ import (
 type healthChecker struct {
 	cfg    HealthConfig
 	client *http.Client
+	log    logr.Logger
+	// lastLog rate-limits the log of a failing check (logEvery).
+	lastLog time.Time
 
 	mu      sync.Mutex
 	healthy bool
@@ -24,8 +29,14 @@ type healthChecker struct {
 	streak  int // >0 consecutive successes, <0 consecutive failures
 }
 
-func newHealthChecker(cfg HealthConfig) (*healthChecker, error) {
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+// logEvery bounds how often a failing health check is logged.
+const logEvery = 10 * time.Second
+
+func newHealthChecker(cfg HealthConfig, log logr.Logger) (*healthChecker, error) {
+	// ServerName: kubeadm's, k3s's and RKE2's serving certificates carry
+	// "kubernetes" but not 127.0.0.1; verifying against the URL's IP would
+	// fail every check on a real node.
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.ServerName}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
@@ -40,7 +51,7 @@ func newHealthChecker(cfg HealthConfig) (*healthChecker, error) {
 		tlsCfg.InsecureSkipVerify = cfg.InsecureSkipVerify //nolint:gosec // explicit opt-in, validated
 	}
 	return &healthChecker{
-		cfg: cfg,
+		cfg: cfg, log: log,
 		// A fresh connection per check: a reused one could hide a server
 		// that no longer accepts connections.
 		client: &http.Client{Timeout: cfg.Timeout.Duration, Transport: &http.Transport{
@@ -90,6 +101,13 @@ func (h *healthChecker) record(ok bool, detail string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.detail = detail
+	if !ok && (h.streak >= 0 || time.Since(h.lastLog) >= logEvery) {
+		// The first failure after a success, then at most every logEvery:
+		// a check that fails from the start must show in the log, not only
+		// in /status.
+		h.lastLog = time.Now()
+		h.log.Info("health check failed", "url", h.cfg.URL, "serverName", h.cfg.ServerName, "error", detail)
+	}
 	switch {
 	case ok && h.streak >= 0:
 		h.streak++

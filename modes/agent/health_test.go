@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 )
 
@@ -22,7 +23,7 @@ func TestHealthThresholds(t *testing.T) {
 	}))
 	defer srv.Close()
 	h, err := newHealthChecker(HealthConfig{URL: srv.URL + "/readyz", InsecureSkipVerify: true,
-		Timeout: Duration{Duration: 1e9}, Rise: 2, Fall: 3})
+		Timeout: Duration{Duration: 1e9}, Rise: 2, Fall: 3}, logr.Discard())
 	g.Expect(err).NotTo(HaveOccurred())
 	step := func() bool {
 		ok, detail := h.check(context.Background())
@@ -49,7 +50,7 @@ func TestHealthVerifiesTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer srv.Close()
 	// Not insecure and no CA: the self-signed server is refused.
-	h, err := newHealthChecker(HealthConfig{URL: srv.URL, Timeout: Duration{Duration: 1e9}, Rise: 1, Fall: 1})
+	h, err := newHealthChecker(HealthConfig{URL: srv.URL, Timeout: Duration{Duration: 1e9}, Rise: 1, Fall: 1}, logr.Discard())
 	g.Expect(err).NotTo(HaveOccurred())
 	ok, detail := h.check(context.Background())
 	g.Expect(ok).To(BeFalse())

@@ -2,12 +2,9 @@ package agent
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/netip"
-	"os"
-	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,24 +20,25 @@ import (
 // and exits) or force ends (then it exits at once). Every exit path removes
 // the VIPs; only SIGKILL cannot, and the next start removes what it left
 // (arp.RemoveStale).
-func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
+func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Option) (err error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	// A panic in a background goroutine must not kill the process with the
+	// VIPs still on the interface: it ends the agent through the normal
+	// exit path instead (force: no hand-over from a broken process).
+	force, crash := context.WithCancel(force)
+	defer crash()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	warnConfig(cfg, log)
 
-	dp, err := newDataplane(cfg, log, reg)
+	store, err := newMemberStore(cfg, log.WithName("membership"))
 	if err != nil {
 		return err
 	}
-	closeDP := true
-	defer func() {
-		if closeDP {
-			if cerr := dp.Close(context.Background()); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}
-	}()
-
-	h, err := newHealthChecker(cfg.Health)
+	h, err := newHealthChecker(cfg.Health, log.WithName("health"))
 	if err != nil {
 		return err
 	}
@@ -48,33 +46,85 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	var ml membership
+	// Gossip binds first: a second agent started on the same node by
+	// mistake fails here, before RemoveStale could strip the live owner's
+	// VIPs.
+	var ml *election.Membership
 	if cfg.Mode == ModeARP {
-		ecfg, err := electionConfig(cfg)
+		ecfg, err := electionConfig(cfg, store.roster())
 		if err != nil {
 			return err
 		}
-		mship, err := election.Start(ecfg, election.Meta{ConfigDigest: cfg.Digest()}, log.WithName("election"))
+		ecfg.OnMembership = func(r election.Roster) { store.offer(r.Document(), "gossip") }
+		ml, err = election.Start(ecfg, election.Meta{ConfigDigest: cfg.Digest()}, log.WithName("election"))
 		if err != nil {
 			return err
 		}
-		ml = mship
+		store.mu.Lock()
+		store.run = func(r election.Roster) { ml.SetRoster(r) }
+		store.mu.Unlock()
+		// A document that arrived during the first join was kept but not
+		// yet run.
+		ml.SetRoster(store.roster())
 	}
-	a := newAgent(cfg, log, dp, ml, h, m)
+	closeML := func() {
+		if ml != nil {
+			_ = ml.Close()
+		}
+	}
+	dp, ifName, err := newDataplane(cfg, log, reg)
+	if err != nil {
+		closeML()
+		return err
+	}
+	closeDP := true
+	defer func() {
+		if closeDP {
+			closeML()
+			if cerr := dp.Close(context.Background()); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}()
+	var a *Agent
+	if ml != nil {
+		a = newAgent(cfg, log, dp, ml, h, m)
+	} else {
+		a = newAgent(cfg, log, dp, nil, h, m)
+	}
+	a.store = store
+	if cfg.Mode == ModeARP && cfg.Membership.Dynamic {
+		a.prober = newARPProber(ifName)
+	}
 
 	if cfg.Admin.Listen != "0" {
-		stop, err := serveAdmin(cfg.Admin.Listen, adminHandler(a, reg))
+		stop, err := serveAdmin(cfg.Admin.Listen, readOnlyHandler(a, reg))
 		if err != nil {
-			if ml != nil {
-				_ = ml.Close()
-			}
 			return err
 		}
 		defer stop()
 	}
+	if cfg.Admin.ControlSocket != "0" {
+		// Without the socket (a read-only root filesystem with no
+		// /run/caplb mount) only manual quiesce is lost: the Node's
+		// annotations, SIGTERM and the election work as before, and
+		// nothing else can move the VIP.
+		if stop, err := serveControl(cfg.Admin.ControlSocket, controlHandler(a, reg)); err != nil {
+			log.Error(err, "control socket unavailable: POST/DELETE /quiesce disabled; mount a writable directory for admin.controlSocket")
+		} else {
+			defer stop()
+		}
+	}
 	hctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.run(hctx, a.Wake)
+	goSafe(log, crash, "health check", func() { h.run(hctx, a.Wake) })
+	if cfg.NodeAPI.Kubeconfig != "" {
+		n := &nodeAPI{cfg: cfg.NodeAPI, log: log.WithName("nodeapi"), agent: a, store: store}
+		goSafe(log, crash, "node API", func() { n.run(hctx) })
+	}
+	if cfg.Membership.Dynamic {
+		goSafe(log, crash, "state file", func() { watchStateFile(hctx, store, o.reload) })
+	}
 	if st, ok := dp.(dataplaneStatus); ok && cfg.Mode == ModeARP {
 		// Track the VIP interface (linkwatch.go).
 		if a.link, err = startLinkWatch(hctx, st.Status().Interface, a.Wake, log); err != nil {
@@ -83,19 +133,30 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger) (err error) {
 	}
 
 	log.Info("agent started", "node", cfg.NodeName, "mode", cfg.Mode, "vips", cfg.VIPs,
-		"members", len(cfg.Members), "admin", cfg.Admin.Listen, "configDigest", cfg.Digest())
+		"members", len(store.current().Members), "membershipVersion", store.current().Version,
+		"admin", cfg.Admin.Listen, "control", cfg.Admin.ControlSocket, "configDigest", cfg.Digest())
 	closeDP = false // Agent.Run closes it on every path
 	return a.Run(ctx, force)
 }
 
-func newDataplane(cfg *Config, log logr.Logger, reg prometheus.Registerer) (dataplane.Dataplane, error) {
+// warnConfig logs configurations that work but are fragile.
+func warnConfig(cfg *Config, log logr.Logger) {
+	if cfg.Mode == ModeARP && len(cfg.Members) == 2 && !cfg.Membership.Dynamic {
+		log.Info("WARNING: two members: a majority is both, so either one failing loses the VIP; use 1, 3 or 5 members")
+	}
+	if cfg.Election.Insecure && cfg.Mode == ModeARP {
+		log.Info("WARNING: election.insecure: gossip is not authenticated; anyone who reaches the gossip port can move the VIP")
+	}
+}
+
+func newDataplane(cfg *Config, log logr.Logger, reg prometheus.Registerer) (dataplane.Dataplane, string, error) {
 	if cfg.Mode == ModeBGP {
 		// The one call into modes/bgp; its signature follows that package.
 		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg)
 		if err != nil {
-			return nil, fmt.Errorf("bgp: %w", err)
+			return nil, "", fmt.Errorf("bgp: %w", err)
 		}
-		return sp, nil
+		return sp, "", nil
 	}
 	vips := cfg.ParsedVIPs()
 	removed, err := arp.RemoveStale(vips)
@@ -103,64 +164,61 @@ func newDataplane(cfg *Config, log logr.Logger, reg prometheus.Registerer) (data
 		log.Info("removed VIPs left by an earlier run (SIGKILL or crash)", "addresses", removed)
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ifName := cfg.Interface
 	if ifName == "" {
 		ifName, err = arp.InterfaceFor(vips[0])
 		if err != nil {
-			return nil, fmt.Errorf("interface: auto-detection failed (%w); set interface", err)
+			return nil, "", fmt.Errorf("interface: auto-detection failed (%w); set interface", err)
 		}
 		log.Info("interface detected from the route to the VIP", "interface", ifName, "vip", vips[0].String())
 	}
-	return arp.New(arp.Config{
+	dp, err := arp.New(arp.Config{
 		Interface:       ifName,
 		BurstCount:      cfg.ARP.BurstCount,
 		BurstInterval:   cfg.ARP.BurstInterval.Duration,
 		RefreshInterval: cfg.ARP.RefreshInterval.Duration,
 		ProbeInterval:   cfg.ARP.ProbeInterval.Duration,
 	}, log.WithName("arp"), reg)
+	return dp, ifName, err
 }
 
-func electionConfig(cfg *Config) (election.Config, error) {
-	e := cfg.Election
-	ec := election.Config{
-		Self:           cfg.NodeName,
-		BindAddress:    e.BindAddress,
-		Port:           e.Port,
-		ProbeInterval:  e.ProbeInterval.Duration,
-		ProbeTimeout:   e.ProbeTimeout.Duration,
-		SuspicionMult:  e.SuspicionMult,
-		GossipInterval: e.GossipInterval.Duration,
-		RejoinInterval: e.RejoinInterval.Duration,
-	}
-	for _, m := range cfg.Members {
-		ec.Members = append(ec.Members, election.Member{Name: m.Name, Address: netip.MustParseAddr(m.Address).Unmap()})
-	}
-	if e.SecretKeyFile != "" {
-		key, err := readKey(e.SecretKeyFile)
-		if err != nil {
-			return ec, err
+// Option tunes Run.
+type Option func(*options)
+
+type options struct{ reload <-chan struct{} }
+
+// WithReload: a value on ch makes the agent read membership.stateFile again
+// (SIGHUP).
+func WithReload(ch <-chan struct{}) Option { return func(o *options) { o.reload = ch } }
+
+// goSafe runs fn in a goroutine; a panic is logged and ends the agent
+// through its cleanup (crash) instead of killing the process.
+func goSafe(log logr.Logger, crash context.CancelFunc, what string, fn func()) {
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error(fmt.Errorf("panic: %v", r), "background task failed; exiting (VIPs removed)", "task", what)
+				crash()
+			}
+		}()
+		fn()
+	}()
+}
+
+// watchStateFile reads the state file again on reload and every second (a
+// stat; the file is read only when it changed).
+func watchStateFile(ctx context.Context, s *memberStore, reload <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+		case <-t.C:
 		}
-		ec.SecretKey = key
+		s.reload()
 	}
-	return ec, nil
 }
-
-// readKey accepts a raw or base64 key of 16, 24 or 32 bytes.
-func readKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("election.secretKeyFile: %w", err)
-	}
-	s := strings.TrimSpace(string(b))
-	if d, err := base64.StdEncoding.DecodeString(s); err == nil && validKeyLen(len(d)) {
-		return d, nil
-	}
-	if validKeyLen(len(s)) {
-		return []byte(s), nil
-	}
-	return nil, fmt.Errorf("election.secretKeyFile: %s: want 16, 24 or 32 bytes (raw or base64)", path)
-}
-
-func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }

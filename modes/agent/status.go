@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/caplb/caplb/modes/arp"
 	"github.com/caplb/caplb/modes/bgp"
 	"github.com/caplb/caplb/modes/election"
@@ -45,6 +47,15 @@ type Status struct {
 	BGP            *bgp.Status `json:"bgp,omitempty"`
 	Updated        time.Time   `json:"updated"`
 	ConfigMismatch []string    `json:"configMismatch,omitempty"`
+	// MembershipVersion is the membership this node runs; NewestVersion the
+	// newest any peer advertises (higher: this node is stale and waits).
+	MembershipVersion int64 `json:"membershipVersion"`
+	NewestVersion     int64 `json:"newestVersion"`
+	// Others are alive nodes outside the membership (joiners, removed
+	// members handing over).
+	Others []MemberStatus `json:"others,omitempty"`
+	// Report is what the agent reports on its Node (AgentStatus).
+	Report *agentv1.AgentStatus `json:"report,omitempty"`
 }
 
 // Transition is the last change of role.
@@ -68,10 +79,16 @@ func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligib
 	s := Status{
 		Node: a.cfg.NodeName, Mode: a.cfg.Mode, Holding: a.holding, VIPs: a.cfg.VIPs,
 		Healthy: healthy, Health: healthDetail, Eligible: eligible, Quiescing: a.quiescing,
-		Quorum: d.Quorum, MembersSeen: d.Seen, MembersConfigured: len(a.cfg.Members),
+		Quorum: d.Quorum, MembersSeen: d.Seen, MembersConfigured: len(v.Members),
+		MembershipVersion: v.Version, NewestVersion: d.Newest,
 		Owner: d.Owner, Decision: d.Reason, Waiting: a.waitingReason, Transitions: a.transitions,
-		ConfigDigest: a.cfg.Digest(), Updated: now,
+		ConfigDigest: a.digest(), Updated: now,
 	}
+	if a.ml == nil {
+		s.MembersConfigured = len(a.cfg.Members)
+	}
+	rep := a.report(now, healthy, v)
+	s.Report = &rep
 	if a.ml != nil {
 		if at := a.ml.ConfirmedAt(); !at.IsZero() {
 			s.MajorityContact = &at
@@ -97,9 +114,11 @@ func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligib
 	for _, m := range v.Members {
 		s.Members = append(s.Members, MemberStatus{Name: m.Name, Alive: m.Alive, Eligible: m.Meta.Eligible,
 			Holding: m.Meta.Holding, Quiescing: m.Meta.Quiescing, ConfigDigest: m.Meta.ConfigDigest})
-		if m.Alive && m.Meta.ConfigDigest != "" && m.Meta.ConfigDigest != s.ConfigDigest {
-			s.ConfigMismatch = append(s.ConfigMismatch, m.Name)
-		}
+	}
+	s.ConfigMismatch = d.Conflicting
+	for _, m := range v.Others {
+		s.Others = append(s.Others, MemberStatus{Name: m.Name, Alive: m.Alive, Eligible: m.Meta.Eligible,
+			Holding: m.Meta.Holding, Quiescing: m.Meta.Quiescing, ConfigDigest: m.Meta.ConfigDigest})
 	}
 	if r, ok := a.dp.(dataplaneStatus); ok {
 		ds := r.Status()

@@ -36,6 +36,8 @@ type Meta struct {
 	// ConfigDigest summarises the member list and VIPs, so that members with
 	// different configurations notice (they could disagree on the owner).
 	ConfigDigest string `json:"c,omitempty"`
+	// Version of the membership the member runs (dynamic membership).
+	Version int64 `json:"v,omitempty"`
 	// Silent names the VIP holder that has not answered this member's
 	// direct pings for a while ("" when none): when a majority reports the
 	// same holder silent, the others treat it as failed without waiting
@@ -50,12 +52,28 @@ type MemberView struct {
 	// left, and known at all).
 	Alive bool
 	Meta  Meta
+	// Joining: the member the latest membership version added, not seen
+	// alive yet (a machine still booting). It does not count in the
+	// quorum that keeps an owner holding, so adding a member never makes
+	// the owner drop the VIP; it counts in the majority a claim needs. With
+	// one member added per version, every hold majority still overlaps
+	// every claim majority.
+	Joining bool
 }
 
 // View is a member's picture of the group, with members in preference order.
 type View struct {
-	Self    string
+	Self string
+	// Members is the roster this member runs, in preference order.
 	Members []MemberView
+	// Others are alive nodes outside the roster: joiners, removed members
+	// still handing over, members of a version this node has not learned.
+	Others []MemberView
+	// Version and Digest of the configuration this member runs.
+	Version int64
+	Digest  string
+	// Member: Self is in Members.
+	Member bool
 }
 
 // Decision is the outcome of Decide for one view.
@@ -68,34 +86,93 @@ type Decision struct {
 	Quorum bool
 	// Seen counts the configured members seen alive, the deciding one included.
 	Seen int
+	// ClaimQuorum: a majority of the members agree with the deciding one
+	// (same membership version and configuration digest); only then may it
+	// claim.
+	ClaimQuorum bool
+	// Agreeing counts the members seen alive that agree, self included.
+	Agreeing int
+	// Conflicting lists alive members on the same version with another
+	// configuration: they count for nothing until the configurations agree.
+	Conflicting []string
+	// Newest is the highest membership version any alive node advertises;
+	// above View.Version, the deciding member is stale and never claims.
+	Newest int64
 	// Reason explains the decision in a few words, for logs and status.
 	Reason string
 }
+
+// Stale reports whether a peer runs a newer membership than v.
+func (d Decision) Stale(v View) bool { return d.Newest > v.Version }
 
 // Majority is the smallest number of members that is more than half of n.
 func Majority(n int) int { return n/2 + 1 }
 
 // Decide applies the election rule to v. It is pure and deterministic.
+//
+// Agreement: a member on the same membership version with a different
+// configuration digest (a misconfiguration) counts for nothing: not seen,
+// never the owner. A member on another version (a change in flight) counts
+// toward the quorum that keeps an owner holding, but only members that agree
+// count toward the quorum a claim needs, and a member that sees a newer
+// version anywhere never claims (the agent enforces ClaimQuorum and Stale).
+// A holder outside the roster (a removed member handing over) is still the
+// owner while it is eligible, so that nobody claims against it.
 func Decide(v View) Decision {
-	var d Decision
-	for _, m := range v.Members {
-		if m.Alive || m.Name == v.Self {
-			d.Seen++
+	d := Decision{Newest: v.Version}
+	alive := func(m MemberView) bool { return m.Alive || m.Name == v.Self }
+	conflicting := func(m MemberView) bool {
+		return m.Name != v.Self && m.Meta.Version == v.Version && m.Meta.ConfigDigest != v.Digest
+	}
+	agrees := func(m MemberView) bool {
+		return m.Name == v.Self || (m.Meta.Version == v.Version && m.Meta.ConfigDigest == v.Digest)
+	}
+	for _, m := range append(append([]MemberView(nil), v.Members...), v.Others...) {
+		if alive(m) && m.Meta.Version > d.Newest {
+			d.Newest = m.Meta.Version
 		}
 	}
-	d.Quorum = d.Seen >= Majority(len(v.Members))
-	alive := func(m MemberView) bool { return m.Alive || m.Name == v.Self }
+	for _, m := range v.Members {
+		switch {
+		case !alive(m):
+		case conflicting(m):
+			d.Conflicting = append(d.Conflicting, m.Name)
+		default:
+			d.Seen++
+			if agrees(m) {
+				d.Agreeing++
+			}
+		}
+	}
+	holdSize := len(v.Members)
+	for _, m := range v.Members {
+		if m.Joining && !alive(m) {
+			holdSize--
+			break
+		}
+	}
+	d.Quorum = len(v.Members) > 0 && d.Seen >= Majority(holdSize)
+	d.ClaimQuorum = len(v.Members) > 0 && d.Agreeing >= Majority(len(v.Members))
 
 	for _, m := range v.Members {
-		if alive(m) && m.Meta.Holding && m.Meta.Eligible {
+		if alive(m) && !conflicting(m) && m.Meta.Holding && m.Meta.Eligible {
 			d.Owner, d.OwnerHolds = m.Name, true
 			d.Reason = fmt.Sprintf("%s already holds the VIP and is eligible", m.Name)
 			break
 		}
 	}
 	if d.Owner == "" {
+		for _, m := range v.Others {
+			if m.Alive && m.Meta.Holding && m.Meta.Eligible && m.Meta.ConfigDigest != "" {
+				d.Owner, d.OwnerHolds = m.Name, true
+				d.Reason = fmt.Sprintf("%s (not in membership version %d) still holds the VIP and is eligible", m.Name, v.Version)
+				break
+			}
+		}
+	}
+	if d.Owner == "" {
 		for _, m := range v.Members {
-			if alive(m) && m.Meta.Eligible {
+			if alive(m) && agrees(m) && m.Meta.Eligible {
 				d.Owner = m.Name
 				d.Reason = fmt.Sprintf("%s is the most preferred eligible member and nobody eligible holds the VIP", m.Name)
 				break
@@ -105,7 +182,10 @@ func Decide(v View) Decision {
 	if d.Owner == "" {
 		d.Reason = "no member is eligible"
 	}
-	if !d.Quorum {
+	switch {
+	case len(v.Members) == 0:
+		d.Reason = fmt.Sprintf("membership version %d has no members", v.Version)
+	case !d.Quorum:
 		d.Reason = fmt.Sprintf("no quorum: %d of %d members seen, %d needed", d.Seen, len(v.Members), Majority(len(v.Members)))
 	}
 	return d

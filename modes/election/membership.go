@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,8 +45,33 @@ type Config struct {
 	// alive; memberlist never probes dead members again, so without this two
 	// halves of a healed partition would stay apart.
 	RejoinInterval time.Duration
-	// SecretKey (16, 24 or 32 bytes) encrypts and authenticates gossip.
-	SecretKey []byte
+	// Keys (16, 24 or 32 bytes each) encrypt and authenticate gossip: the
+	// first is the primary (used to send), the others are accepted on
+	// receive, so that a key can be rotated without a VIP loss. Empty: no
+	// encryption (election.insecure).
+	Keys [][]byte
+	// Label keeps the gossip of different LoadBalancers on one segment apart.
+	Label string
+
+	// Dynamic: Members is the versioned membership as of Version; newer
+	// versions arrive by SetRoster and by gossip (OnMembership), members
+	// outside the roster may gossip (they learn the next version), and Self
+	// need not be a member.
+	Dynamic bool
+	Version int64
+	// Address is this node's own address when Self is not among Members
+	// (dynamic: a joiner, or the bootstrap); gossip binds and advertises it.
+	Address netip.Addr
+	// OnMembership is called (from memberlist's goroutines, so it must not
+	// block for long) with every membership document a peer sends; the
+	// caller keeps the newest and calls SetRoster once it has persisted it.
+	OnMembership func(Roster)
+	// Digest, if set, computes this member's configuration digest for a
+	// roster. The membership then owns the gossiped Version and
+	// ConfigDigest and changes both together with the roster, so that no
+	// peer ever sees a new version with the old digest (which would read
+	// as a conflicting configuration).
+	Digest func(Roster) string
 }
 
 // Membership is a running memberlist plus this member's gossiped Meta.
@@ -55,15 +81,31 @@ type Membership struct {
 	ml      *memberlist.Memberlist
 	changed chan struct{}
 
-	mu   sync.Mutex
-	meta Meta
+	mu     sync.Mutex
+	meta   Meta
+	roster Roster
+	// joining is the member the latest version added that has not been
+	// seen alive since (see MemberView.Joining); "" if none.
+	joining string
+	// seen: names seen alive since start.
+	seen map[string]bool
+	// peers: the alive nodes as memberlist's events last reported them,
+	// copied: the *memberlist.Node values memberlist hands out are
+	// mutated under its own lock, so reading them later would race.
+	peers map[string]peer
 
-	// confirmedAt (unix nanoseconds) is when a majority last answered
-	// direct pings; see ConfirmedAt.
+	// base is a monotonic reference taken at Start; confirmedAt is the
+	// offset from it (nanoseconds, 0 = never) at which a majority last
+	// answered direct pings. Offsets from a monotonic reading, never wall
+	// clock nanoseconds: a step of the wall clock (NTP) must not make an
+	// owner's contact look older or younger than it is.
+	base        time.Time
 	confirmedAt atomic.Int64
 	// answeredAt: member name -> time.Time (monotonic) of its last answer to a
 	// direct ping (see LastAnswer in contact.go).
 	answeredAt sync.Map
+
+	bcast *memberlist.TransmitLimitedQueue
 
 	metaUpdates chan struct{}
 	stop        chan struct{}
@@ -74,26 +116,39 @@ type Membership struct {
 // Start creates the memberlist, joins the other configured members (members
 // that are not up yet are joined later by the rejoin loop) and returns.
 func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
-	self, ok := cfg.member(cfg.Self)
-	if !ok {
+	selfAddr := cfg.Address
+	if self, ok := cfg.member(cfg.Self); ok {
+		selfAddr = self.Address
+	} else if !cfg.Dynamic {
 		return nil, fmt.Errorf("election: self %q is not among the members", cfg.Self)
+	}
+	if !selfAddr.IsValid() {
+		return nil, fmt.Errorf("election: self %q is not among the members and has no address of its own", cfg.Self)
 	}
 	m := &Membership{
 		cfg:         cfg,
 		log:         logger,
 		changed:     make(chan struct{}, 1),
 		meta:        meta,
+		roster:      Roster{Version: cfg.Version, Members: append([]Member(nil), cfg.Members...)},
+		seen:        map[string]bool{cfg.Self: true},
+		peers:       map[string]peer{},
+		base:        time.Now(),
 		metaUpdates: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
+	}
+	m.meta.Version = cfg.Version
+	if cfg.Digest != nil {
+		m.meta.ConfigDigest = cfg.Digest(m.roster)
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Self
 	mc.BindAddr = cfg.BindAddress
 	if mc.BindAddr == "" {
-		mc.BindAddr = self.Address.String()
+		mc.BindAddr = selfAddr.String()
 	}
 	mc.BindPort = cfg.Port
-	mc.AdvertiseAddr = self.Address.String()
+	mc.AdvertiseAddr = selfAddr.String()
 	mc.AdvertisePort = cfg.Port
 	mc.ProbeInterval = cfg.ProbeInterval
 	mc.ProbeTimeout = cfg.ProbeTimeout
@@ -107,7 +162,15 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 	// A restarted member comes back under the same name and address; never
 	// refuse it for a reclaim period.
 	mc.DeadNodeReclaimTime = time.Nanosecond
-	mc.SecretKey = cfg.SecretKey
+	if len(cfg.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(cfg.Keys[1:], cfg.Keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("election: keyring: %w", err)
+		}
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	mc.Label = cfg.Label
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 	mc.Alive = (*aliveFilter)(m)
@@ -118,6 +181,7 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		return nil, fmt.Errorf("election: start memberlist on %s:%d: %w", mc.BindAddr, cfg.Port, err)
 	}
 	m.ml = ml
+	m.bcast = &memberlist.TransmitLimitedQueue{NumNodes: ml.NumMembers, RetransmitMult: 3}
 	m.wg.Add(3)
 	go m.every(cfg.RejoinInterval, m.rejoin)
 	go m.metaLoop()
@@ -133,6 +197,10 @@ func (m *Membership) Changed() <-chan struct{} { return m.changed }
 // asynchronously (the caller never blocks on the network).
 func (m *Membership) SetMeta(meta Meta) {
 	m.mu.Lock()
+	meta.Version = m.meta.Version
+	if m.cfg.Digest != nil {
+		meta.ConfigDigest = m.meta.ConfigDigest
+	}
 	same := m.meta == meta
 	m.meta = meta
 	m.mu.Unlock()
@@ -148,25 +216,59 @@ func (m *Membership) SetMeta(meta Meta) {
 // View returns the current picture of the configured members. Self's Meta is
 // the local one, never a gossiped echo.
 func (m *Membership) View() View {
-	alive := map[string]*memberlist.Node{}
-	for _, n := range m.ml.Members() {
-		alive[n.Name] = n
-	}
 	m.mu.Lock()
+	alive := make(map[string]peer, len(m.peers))
+	for k, v := range m.peers {
+		alive[k] = v
+	}
 	selfMeta := m.meta
+	r := m.roster
+	joining := m.joining
 	m.mu.Unlock()
-	v := View{Self: m.cfg.Self, Members: make([]MemberView, 0, len(m.cfg.Members))}
-	for _, c := range m.cfg.Members {
-		mv := MemberView{Name: c.Name}
+	v := View{Self: m.cfg.Self, Version: r.Version, Digest: selfMeta.ConfigDigest, Members: make([]MemberView, 0, len(r.Members))}
+	in := map[string]bool{}
+	for _, c := range r.Members {
+		in[c.Name] = true
+		mv := MemberView{Name: c.Name, Joining: c.Name == joining}
 		if c.Name == m.cfg.Self {
 			mv.Alive, mv.Meta = true, selfMeta
-		} else if n, ok := alive[c.Name]; ok {
+			v.Member = true
+		} else if n, ok := alive[c.Name]; ok && n.addr == c.Address {
 			mv.Alive = true
-			_ = json.Unmarshal(n.Meta, &mv.Meta)
+			_ = json.Unmarshal(n.meta, &mv.Meta)
 		}
 		v.Members = append(v.Members, mv)
 	}
+	for name, n := range alive {
+		if in[name] || name == m.cfg.Self {
+			continue
+		}
+		mv := MemberView{Name: name, Alive: true}
+		_ = json.Unmarshal(n.meta, &mv.Meta)
+		v.Others = append(v.Others, mv)
+	}
+	sort.Slice(v.Others, func(i, j int) bool { return v.Others[i].Name < v.Others[j].Name })
 	return v
+}
+
+// peer is a copy of an alive node's memberlist entry. A member is matched
+// by name and address: a node that gossips under a member's name from
+// another address is not that member.
+type peer struct {
+	addr netip.Addr
+	port uint16
+	meta []byte
+}
+
+func (e *events) record(n *memberlist.Node, alive bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !alive {
+		delete(e.peers, n.Name)
+		return
+	}
+	a, _ := netip.AddrFromSlice(n.Addr)
+	e.peers[n.Name] = peer{addr: a.Unmap(), port: n.Port, meta: append([]byte(nil), n.Meta...)}
 }
 
 // ConfirmQuorum pings every other configured member directly, in parallel,
@@ -179,15 +281,35 @@ func (m *Membership) View() View {
 // and on a healed partition, stale death notices make live members look dead
 // for a moment.
 func (m *Membership) ConfirmQuorum() (reached, needed int) {
-	needed = Majority(len(m.cfg.Members))
-	reached = 1
+	m.mu.Lock()
+	r, joining := m.roster, m.joining
+	m.mu.Unlock()
+	needed = Majority(len(r.Members))
+	// Holding needs a majority of the members without the one the latest
+	// version added and nobody has seen yet (a machine still booting);
+	// a claim needs a majority of all (see Decide).
+	holdNeeded := needed
+	if joining != "" {
+		holdNeeded = Majority(len(r.Members) - 1)
+	}
+	if r.Has(m.cfg.Self) {
+		reached = 1
+	}
+	// A non-member (a removed owner handing over) needs a majority of the
+	// roster it left, without itself: its hold rests on that.
+	if len(r.Members) == 0 {
+		return 0, 1
+	}
 	if reached >= needed {
-		m.confirmedAt.Store(time.Now().UnixNano())
+		m.markConfirmed()
 		return reached, needed
 	}
-	answers := make(chan bool, len(m.cfg.Members))
+	if reached >= holdNeeded {
+		m.markConfirmed()
+	}
+	answers := make(chan bool, len(r.Members))
 	asked := 0
-	for _, c := range m.cfg.Members {
+	for _, c := range r.Members {
 		if c.Name == m.cfg.Self {
 			continue
 		}
@@ -208,12 +330,20 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 	for i := 0; i < asked && reached < needed; i++ {
 		if <-answers {
 			reached++
+			if reached == holdNeeded {
+				m.markConfirmed()
+			}
 		}
 	}
 	if reached >= needed {
-		m.confirmedAt.Store(time.Now().UnixNano())
+		m.markConfirmed()
 	}
 	return reached, needed
+}
+
+func (m *Membership) markConfirmed() {
+	// +1 keeps a confirmation in the first nanosecond distinct from never.
+	m.confirmedAt.Store(int64(time.Since(m.base)) + 1)
 }
 
 // ConfirmedAt is when a majority (this member included) last answered direct
@@ -223,11 +353,13 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 // is refuted and the rejoin loop reconnects over TCP, so the dead-or-alive
 // view can flap for as long as the fault lasts.
 func (m *Membership) ConfirmedAt() time.Time {
-	ns := m.confirmedAt.Load()
-	if ns == 0 {
+	off := m.confirmedAt.Load()
+	if off == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, ns)
+	// base carries a monotonic reading and Add keeps it, so Sub against
+	// time.Now() measures elapsed time, not the wall clock.
+	return m.base.Add(time.Duration(off - 1))
 }
 
 // Leave tells the others that this member is going (they drop it at once
@@ -294,11 +426,13 @@ func (m *Membership) every(interval time.Duration, fn func()) {
 
 func (m *Membership) rejoin() {
 	alive := map[string]bool{}
-	for _, n := range m.ml.Members() {
-		alive[n.Name] = true
+	m.mu.Lock()
+	for name := range m.peers {
+		alive[name] = true
 	}
+	m.mu.Unlock()
 	var addrs []string
-	for _, c := range m.cfg.Members {
+	for _, c := range m.Roster().Members {
 		if c.Name != m.cfg.Self && !alive[c.Name] {
 			addrs = append(addrs, net.JoinHostPort(c.Address.String(), strconv.Itoa(m.cfg.Port)))
 		}
@@ -333,22 +467,29 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
-func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 type events Membership
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.log.Info("member up", "member", n.Name, "address", n.Addr.String())
+	e.record(n, true)
+	e.mu.Lock()
+	e.seen[n.Name] = true
+	if e.joining == n.Name {
+		e.joining = ""
+	}
+	e.mu.Unlock()
 	(*Membership)(e).notify()
 }
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.log.Info("member down (dead or left)", "member", n.Name)
+	e.record(n, false)
 	(*Membership)(e).notify()
 }
-func (e *events) NotifyUpdate(n *memberlist.Node) { (*Membership)(e).notify() }
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	e.record(n, true)
+	(*Membership)(e).notify()
+}
 
 // aliveFilter keeps strangers out: only configured members, from their
 // configured address, may join.
@@ -357,7 +498,12 @@ type aliveFilter Membership
 var errStranger = errors.New("not a configured member")
 
 func (a *aliveFilter) NotifyAlive(peer *memberlist.Node) error {
-	c, ok := a.cfg.member(peer.Name)
+	c, ok := (*Membership)(a).Roster().member(peer.Name)
+	if !ok && a.cfg.Dynamic {
+		// A joiner, or a member of a version this node has not learned
+		// yet: it holds the gossip key, and only the roster counts.
+		return nil
+	}
 	if !ok {
 		a.log.Info("refusing unknown member", "member", peer.Name, "address", peer.Addr.String())
 		return errStranger

@@ -37,7 +37,10 @@ func startTrio(t *testing.T) []*Membership {
 }
 
 // freePort finds a port free for UDP and TCP on 127.0.0.1-3.
-func freePort(t *testing.T) int {
+func freePort(t *testing.T) int { t.Helper(); return freePortN(t, 3) }
+
+// freePortN finds a port free for UDP and TCP on 127.0.0.1-n.
+func freePortN(t *testing.T, n int) int {
 	t.Helper()
 	for try := 0; try < 20; try++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -47,7 +50,7 @@ func freePort(t *testing.T) int {
 		port := l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
 		ok := true
-		for i := 1; i <= 3 && ok; i++ {
+		for i := 1; i <= n && ok; i++ {
 			addr := fmt.Sprintf("127.0.0.%d:%d", i, port)
 			u, err := net.ListenPacket("udp", addr)
 			if err != nil {

@@ -19,6 +19,9 @@ import (
 // DefaultHealthServerName is the name every kubeadm, k3s and RKE2 API server certificate carries.
 const DefaultHealthServerName = "kubernetes"
 
+// DefaultControlSocket is the agent's control socket (quiesce), root only.
+const DefaultControlSocket = "/run/caplb/agent.sock"
+
 // Load reads, parses and validates the file at path.
 func Load(path string) (*AgentConfiguration, error) {
 	b, err := os.ReadFile(path)
@@ -35,11 +38,15 @@ func Load(path string) (*AgentConfiguration, error) {
 // Parse decodes YAML strictly (unknown fields are errors), applies defaults
 // and validates. It does no I/O beyond os.Hostname for the default node name.
 func Parse(data []byte) (*AgentConfiguration, error) {
+	if errs := checkDurations(data); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
 	var c AgentConfiguration
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	c.Default()
+	keepExplicitZeros(data, &c)
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -94,6 +101,9 @@ func (c *AgentConfiguration) Default() {
 	}
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = "127.0.0.1:7473"
+	}
+	if c.Admin.ControlSocket == "" {
+		c.Admin.ControlSocket = DefaultControlSocket
 	}
 	a := &c.ARP
 	defInt(&a.BurstCount, 5)
@@ -229,6 +239,11 @@ func (c *AgentConfiguration) Validate() error {
 	positive(bad, "election.rejoinInterval", e.RejoinInterval)
 	if e.ContactTimeout.Duration < 2*e.ProbeInterval.Duration {
 		bad("election.contactTimeout", "%v is shorter than 2 x election.probeInterval (%v); one late ping round would release the VIPs", e.ContactTimeout.Duration, 2*e.ProbeInterval.Duration)
+	} else if min := e.ProbeInterval.Duration + 3*e.ProbeTimeout.Duration; e.ContactTimeout.Duration < min {
+		bad("election.contactTimeout", "%v is shorter than election.probeInterval + 3 x election.probeTimeout (%v): a direct ping is tried three times before it counts as lost", e.ContactTimeout.Duration, min)
+	}
+	if c.Mode == ModeARP && !e.Insecure && e.SecretKeyFile == "" {
+		bad("election.secretKeyFile", "is empty; gossip decides who holds the VIP and must be authenticated: give a key file (16, 24 or 32 bytes, mode 0600), or set election.insecure: true for a lab")
 	}
 	if e.Insecure && (e.SecretKeyFile != "" || len(e.SecondaryKeyFiles) > 0) {
 		bad("election.insecure", "is set together with a key file; choose one")
@@ -239,8 +254,13 @@ func (c *AgentConfiguration) Validate() error {
 	if len(e.Label) > 255 {
 		bad("election.label", "is %d bytes; memberlist allows at most 255", len(e.Label))
 	}
-	positive(bad, "quiesce.drain", c.Quiesce.Drain)
+	if c.Quiesce.Drain.Duration < 0 {
+		bad("quiesce.drain", "%v is negative (0s: release as soon as the successor announces)", c.Quiesce.Drain.Duration)
+	}
 	positive(bad, "quiesce.handoverTimeout", c.Quiesce.HandoverTimeout)
+	if s := c.Admin.ControlSocket; s != "0" && !strings.HasPrefix(s, "/") {
+		bad("admin.controlSocket", "%q is not an absolute path (or \"0\" to disable)", s)
+	}
 	if l := c.Admin.Listen; l != "0" {
 		if _, _, err := net.SplitHostPort(l); err != nil {
 			bad("admin.listen", "%q is not host:port (or \"0\" to disable)", l)

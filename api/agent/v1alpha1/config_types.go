@@ -82,8 +82,8 @@ type HealthConfig struct {
 	// InsecureSkipVerify must be set explicitly when no CAFile is given.
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 	// Interval between checks (default 200ms) and Timeout of one (default 1s).
-	Interval Duration `json:"interval,omitempty"`
-	Timeout  Duration `json:"timeout,omitempty"`
+	Interval Duration `json:"interval,omitzero"`
+	Timeout  Duration `json:"timeout,omitzero"`
 	// Rise consecutive successes make the member eligible (default 2);
 	// Fall consecutive failures make it ineligible (default 2).
 	Rise int `json:"rise,omitempty"`
@@ -100,20 +100,20 @@ type ElectionConfig struct {
 	// SuspicionMult (default 2) and GossipInterval (default 20ms) set how
 	// fast a dead member is detected: about ProbeInterval + SuspicionMult x
 	// ProbeInterval.
-	ProbeInterval  Duration `json:"probeInterval,omitempty"`
-	ProbeTimeout   Duration `json:"probeTimeout,omitempty"`
+	ProbeInterval  Duration `json:"probeInterval,omitzero"`
+	ProbeTimeout   Duration `json:"probeTimeout,omitzero"`
 	SuspicionMult  int      `json:"suspicionMult,omitempty"`
-	GossipInterval Duration `json:"gossipInterval,omitempty"`
+	GossipInterval Duration `json:"gossipInterval,omitzero"`
 	// Settle: after gaining quorum (start, healed partition) a member waits
 	// this long for the group's state before it may claim. Default 500ms.
-	Settle Duration `json:"settle,omitempty"`
+	Settle Duration `json:"settle,omitzero"`
 	// RejoinInterval between attempts to join members that are down. Default 1s.
-	RejoinInterval Duration `json:"rejoinInterval,omitempty"`
+	RejoinInterval Duration `json:"rejoinInterval,omitzero"`
 	// ContactTimeout: an owner that has had no direct answer from a majority
 	// for this long releases the VIPs, even while gossip still lists the
 	// others alive (a link slower than probeTimeout makes that view flap
 	// rather than settle). Default 500ms; at least 2 x probeInterval.
-	ContactTimeout Duration `json:"contactTimeout,omitempty"`
+	ContactTimeout Duration `json:"contactTimeout,omitzero"`
 	// SecretKeyFile holds a 16, 24 or 32 byte key (raw or base64) that
 	// encrypts and authenticates gossip; the primary key of the keyring. The
 	// file must not be readable by group or others.
@@ -130,35 +130,45 @@ type ElectionConfig struct {
 	// LoadBalancers on one segment apart (the manager sets it to the
 	// LoadBalancer's namespace/name). Optional, at most 255 bytes.
 	Label string `json:"label,omitempty"`
+	// FailOpen keeps the VIP on the current owner while no member is
+	// eligible (every API server failing at once is etcd losing quorum; the
+	// VIP stays so that recovery tools reach an endpoint). A minority
+	// partition releases regardless. Default true.
+	FailOpen *bool `json:"failOpen,omitempty"`
 }
 
 // QuiesceConfig tunes the make-before-break hand-over.
 type QuiesceConfig struct {
 	// Drain: a quiescing owner keeps the VIP this long after its successor
 	// announced it, so that neighbours' caches move before it lets go.
-	// Default 500ms.
-	Drain Duration `json:"drain,omitempty"`
+	// Default 500ms; "0s" written in the file releases at once.
+	Drain Duration `json:"drain,omitzero"`
 	// HandoverTimeout: on exit, stop waiting for a successor after this long
 	// and release anyway. Default 5s.
-	HandoverTimeout Duration `json:"handoverTimeout,omitempty"`
+	HandoverTimeout Duration `json:"handoverTimeout,omitzero"`
 }
 
-// AdminConfig is the local HTTP listener (/metrics, /healthz, /status,
-// /quiesce). It has no authentication: keep it on loopback.
+// AdminConfig: the read-only HTTP listener (/metrics, /healthz, /status),
+// safe to expose for scraping, and the control socket (POST/DELETE
+// /quiesce, and the read-only endpoints), a unix socket only root can use.
 type AdminConfig struct {
 	// Listen default 127.0.0.1:7473; "0" disables it.
 	Listen string `json:"listen,omitempty"`
+	// ControlSocket is the path of the control socket (mode 0600). Default
+	// /run/caplb/agent.sock; "0" disables it.
+	ControlSocket string `json:"controlSocket,omitempty"`
 }
 
 // ARPConfig tunes the announcements.
 type ARPConfig struct {
-	// BurstCount announcements (default 5) follow the first, BurstInterval
-	// apart (default 200ms); then one every RefreshInterval (default 10s).
+	// BurstCount announcements (default 5; 0 written in the file: none)
+	// follow the first, BurstInterval apart (default 200ms); then one every
+	// RefreshInterval (default 10s).
 	BurstCount      int      `json:"burstCount,omitempty"`
-	BurstInterval   Duration `json:"burstInterval,omitempty"`
-	RefreshInterval Duration `json:"refreshInterval,omitempty"`
+	BurstInterval   Duration `json:"burstInterval,omitzero"`
+	RefreshInterval Duration `json:"refreshInterval,omitzero"`
 	// ProbeInterval between duplicate-owner probes while holding. Default 1s.
-	ProbeInterval Duration `json:"probeInterval,omitempty"`
+	ProbeInterval Duration `json:"probeInterval,omitzero"`
 }
 
 // MembershipConfig says where the member list comes from.
@@ -190,7 +200,7 @@ type NodeAPIConfig struct {
 	NodeName string `json:"nodeName,omitempty"`
 	// ResyncInterval bounds how stale the agent's view of its Node and its
 	// status report may get when a watch event is missed. Default 10s.
-	ResyncInterval Duration `json:"resyncInterval,omitempty"`
+	ResyncInterval Duration `json:"resyncInterval,omitzero"`
 }
 
 // Duration is a time.Duration written as "200ms" in YAML.

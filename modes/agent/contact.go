@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/caplb/caplb/modes/election"
+)
+
+// lostContact: a majority has not answered direct pings for longer than
+// election.contactTimeout. Gossip alone can keep a cut-off owner believing
+// it has quorum (see election.Membership.ConfirmedAt).
+func (a *Agent) lostContact(now time.Time) bool {
+	at := a.ml.ConfirmedAt()
+	return !at.IsZero() && now.Sub(at) > a.cfg.Election.ContactTimeout.Duration
+}
+
+// holdThroughNoQuorum: gossip lost quorum only just now, while a majority
+// answered direct pings within the last two probe intervals. When a
+// partition heals, the isolated side's stale death notices make live
+// members look dead for a few milliseconds, until they refute them; an
+// owner that released on that blip would hand the VIP back to the member
+// that was cut off. A real minority stops getting answers before gossip
+// gives up on the others, so it still releases at once.
+func (a *Agent) holdThroughNoQuorum(now time.Time) bool {
+	e := a.cfg.Election
+	at := a.ml.ConfirmedAt()
+	return !at.IsZero() && now.Sub(at) <= 2*e.ProbeInterval.Duration &&
+		!a.quorumLostAt.IsZero() && now.Sub(a.quorumLostAt) <= e.ContactTimeout.Duration
+}
+
+// aliveAhead counts alive members preferred over self.
+func aliveAhead(v election.View, self string) int {
+	n := 0
+	for _, m := range v.Members {
+		if m.Name == self {
+			break
+		}
+		if m.Alive {
+			n++
+		}
+	}
+	return n
+}
+
+// claimStagger is the head start per alive member preferred over this one:
+// three gossip rounds.
+func claimStagger(c *Config) time.Duration { return 3 * c.Election.GossipInterval.Duration }

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package agent
+
+func newARPProber(string) vipProber { return nil }
