@@ -212,6 +212,9 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 	// place of missing files.
 	add("config", ConfigDir, &dirType, true)
 	add("state", StateDir, &dirOrCreate, false)
+	// The control socket (POST /quiesce on the node, root only) lives here: the root filesystem
+	// is read-only.
+	add("run", path.Dir(agentv1.DefaultControlSocket), &dirOrCreate, false)
 	add("ca", ca, &fileType, true)
 	add("kubeconfig", fl.Kubeconfig, &fileType, true)
 	for i, f := range fl.KubeletFiles {

@@ -89,12 +89,13 @@ func TestRenderedConfigPerFlavor(t *testing.T) {
 			for _, v := range pod.Spec.Volumes {
 				paths[v.HostPath.Path] = true
 			}
-			for _, p := range append([]string{ConfigDir, StateDir, fl.CAFile, fl.Kubeconfig}, append(fl.KubeletFiles, fl.KubeletDirs...)...) {
+			runDir := "/run/caplb" // the control socket's directory (the root filesystem is read-only)
+			for _, p := range append([]string{ConfigDir, StateDir, runDir, fl.CAFile, fl.Kubeconfig}, append(fl.KubeletFiles, fl.KubeletDirs...)...) {
 				g.Expect(paths).To(HaveKey(p))
 			}
-			g.Expect(paths).To(HaveLen(4+len(fl.KubeletFiles)+len(fl.KubeletDirs)), "only what the agent needs")
+			g.Expect(paths).To(HaveLen(5+len(fl.KubeletFiles)+len(fl.KubeletDirs)), "only what the agent needs")
 			for _, vm := range ctr.VolumeMounts {
-				g.Expect(vm.ReadOnly).To(Equal(vm.MountPath != StateDir), "mount %s", vm.MountPath)
+				g.Expect(vm.ReadOnly).To(Equal(vm.MountPath != StateDir && vm.MountPath != runDir), "mount %s", vm.MountPath)
 			}
 		})
 	}
