@@ -11,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
@@ -30,7 +28,7 @@ type nodeAPI struct {
 	agent *Agent
 	store *memberStore
 
-	client kubernetes.Interface
+	client nodeClient
 	// minPatch spaces status writes; pollStatus is how often the report is
 	// compared with the last one written.
 	minPatch, pollStatus time.Duration
@@ -63,7 +61,7 @@ func (n *nodeAPI) run(ctx context.Context) {
 
 // connect waits for the kubeconfig (kubeadm writes kubelet.conf late in
 // init) and builds a client from it.
-func (n *nodeAPI) connect(ctx context.Context) (kubernetes.Interface, error) {
+func (n *nodeAPI) connect(ctx context.Context) (nodeClient, error) {
 	logged := false
 	for {
 		if _, err := os.Stat(n.cfg.Kubeconfig); err == nil {
@@ -71,7 +69,7 @@ func (n *nodeAPI) connect(ctx context.Context) (kubernetes.Interface, error) {
 			if err == nil {
 				rc.UserAgent = "caplb-agent/" + n.cfg.NodeName
 				rc.QPS, rc.Burst = 5, 10
-				c, err := kubernetes.NewForConfig(rc)
+				c, err := newRESTNodeClient(rc)
 				if err == nil {
 					n.log.Info("Node API connected", "kubeconfig", n.cfg.Kubeconfig, "node", n.cfg.NodeName)
 					return c, nil
@@ -95,7 +93,7 @@ func (n *nodeAPI) connect(ctx context.Context) (kubernetes.Interface, error) {
 func (n *nodeAPI) watchLoop(ctx context.Context) {
 	sel := fields.OneTermEqualSelector("metadata.name", n.cfg.NodeName).String()
 	for ctx.Err() == nil {
-		list, err := n.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: sel})
+		list, err := n.client.list(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
 			n.log.V(1).Info("reading the Node failed; retrying", "error", err.Error())
 			n.sleep(ctx, time.Second)
@@ -110,7 +108,7 @@ func (n *nodeAPI) watchLoop(ctx context.Context) {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, n.cfg.ResyncInterval.Duration)
-		w, err := n.client.CoreV1().Nodes().Watch(wctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+		w, err := n.client.watch(wctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
 		if err != nil {
 			cancel()
 			n.log.V(1).Info("watching the Node failed; retrying", "error", err.Error())
@@ -213,8 +211,7 @@ func (n *nodeAPI) patch(ctx context.Context, r agentv1.AgentStatus) error {
 	if err != nil {
 		return err
 	}
-	_, err = n.client.CoreV1().Nodes().Patch(ctx, n.cfg.NodeName, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "caplb-agent"})
-	if err != nil {
+	if err := n.client.patch(ctx, n.cfg.NodeName, body); err != nil {
 		return fmt.Errorf("patch Node %s: %w", n.cfg.NodeName, err)
 	}
 	return nil
