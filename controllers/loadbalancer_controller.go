@@ -104,6 +104,9 @@ type scope struct {
 	requeue   time.Duration
 	// reconcileErr is what the phases returned; a lasting one makes Ready False.
 	reconcileErr error
+	// releasedWhileInvalid are members whose hook the invalid-spec path released (their
+	// deletion must not wait on a spec someone has to fix); updateStatus records them.
+	releasedWhileInvalid []*member
 }
 
 func (s *scope) requeueAfter(d time.Duration) {

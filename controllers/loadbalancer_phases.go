@@ -281,7 +281,7 @@ func (r *LoadBalancerReconciler) reconcileInvalid(ctx context.Context, s *scope)
 			}
 			continue
 		}
-		m := &member{name: f.name, obj: obj, facts: f, cur: record{State: lbv1.TargetRemoved, Since: r.now()}}
+		m := &member{name: f.name, obj: obj, facts: f, cur: record{State: lbv1.TargetRemoved, Since: stamp(r.now())}}
 		if _, err := r.patchMarks(ctx, lb, s.kind, m); err != nil {
 			errs = append(errs, err)
 			continue
@@ -290,12 +290,8 @@ func (r *LoadBalancerReconciler) reconcileInvalid(ctx context.Context, s *scope)
 		b.add(obj, true, lbv1.EventTargetRemoved, "Remove", fmt.Sprintf(
 			"%s %s is being deleted while the spec is invalid: released its pre-drain hook without quiescing", s.kind.kind(), f.name))
 		r.flush(lb, b)
-		for i := range lb.Status.Targets {
-			if lb.Status.Targets[i].Name == f.name {
-				lb.Status.Targets[i].State = lbv1.TargetRemoved
-				lb.Status.Targets[i].Since = metav1.NewTime(r.now())
-			}
-		}
+		// updateStatus, the one writer of status.targets, records the release.
+		s.releasedWhileInvalid = append(s.releasedWhileInvalid, m)
 	}
 	return errors.Join(errs...)
 }

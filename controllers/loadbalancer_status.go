@@ -21,8 +21,18 @@ func (r *LoadBalancerReconciler) updateStatus(_ context.Context, s *scope) {
 		// Paused means hands off: only the Paused condition changes.
 		return
 	}
+	// The one writer of status.targets: the gathered members, or, on the invalid-spec path (which
+	// gathers nothing), the members it released.
 	if s.gathered {
 		lb.Status.Targets = targetsOf(s.members)
+	}
+	for _, m := range s.releasedWhileInvalid {
+		for i := range lb.Status.Targets {
+			if lb.Status.Targets[i].Name == m.name {
+				lb.Status.Targets[i].State = m.cur.State
+				lb.Status.Targets[i].Since = metav1.NewTime(m.cur.Since)
+			}
+		}
 	}
 	var active int32
 	for _, t := range lb.Status.Targets {

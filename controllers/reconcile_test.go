@@ -328,6 +328,8 @@ func TestInvalidSpecReleasesDeletingMembers(t *testing.T) {
 	g.Expect(conditions.GetMessage(lb, lbv1.ReadyCondition)).To(ContainSubstring("spec.endpoint.port"))
 	g.Expect(h.machine("m2").Annotations).NotTo(HaveKey(lbv1.PreDrainHookAnnotation("lb")), "never block a Machine")
 	g.Expect(h.machine("m1").Annotations).To(HaveKey(lbv1.PreDrainHookAnnotation("lb")), "other members untouched")
+	g.Expect(targetStates(lb)).To(HaveKeyWithValue("m2", lbv1.TargetRemoved), "status.targets records the release (written by updateStatus only)")
+	g.Expect(targetStates(lb)).To(HaveKeyWithValue("m1", lbv1.TargetActive))
 	evs := h.events()
 	g.Expect(hasEvent(evs, "Warning", lbv1.EventInvalidSpec, "spec.endpoint.port")).To(BeTrue(), "%v", evs)
 }
