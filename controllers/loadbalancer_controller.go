@@ -18,10 +18,10 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
@@ -168,10 +168,14 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	// The finalizer goes on first, in a patch of its own, so that no hook is ever placed by a
-	// LoadBalancer that could be deleted without releasing it. Like CAPI we return: the update
-	// event brings us back with a cache that has caught up.
-	if added, err := finalizers.EnsureFinalizer(ctx, r.Client, lb, lbv1.LoadBalancerFinalizer); err != nil || added {
-		return ctrl.Result{}, err
+	// LoadBalancer that could be deleted without releasing it; the Cluster's ownerRef rides in the
+	// same patch (one write per new LoadBalancer, not two). Like CAPI we return: the update event
+	// brings us back with a cache that has caught up.
+	if lb.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(lb, lbv1.LoadBalancerFinalizer) {
+		orig := lb.DeepCopy()
+		controllerutil.AddFinalizer(lb, lbv1.LoadBalancerFinalizer)
+		ensureClusterOwnerRef(lb, s.cluster)
+		return ctrl.Result{}, r.Client.Patch(ctx, lb, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	}
 
 	patchHelper, err := patch.NewHelper(lb, r.Client)
