@@ -107,15 +107,29 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 	}
 	a.nodeIPv4 = firstIPv4(link)
 	if a.nodeIPv4.IsValid() {
-		c, err := arp.Dial(ifi)
-		if err != nil {
-			return nil, fmt.Errorf("arp: raw ARP socket on %s (needs CAP_NET_RAW): %w", cfg.Interface, err)
+		if err := a.openARP(); err != nil {
+			return nil, err
 		}
-		a.arp = c
-		a.wg.Add(1)
-		go a.readARP()
 	}
 	return a, nil
+}
+
+// openARP opens the raw ARP socket (it needs an IPv4 address on the interface) and starts its
+// reader; called from New or with a.mu held.
+func (a *Announcer) openARP() error {
+	c, err := arp.Dial(a.ifi)
+	if err != nil {
+		return fmt.Errorf("arp: raw ARP socket on %s (needs CAP_NET_RAW and an IPv4 address on the interface): %w", a.cfg.Interface, err)
+	}
+	a.arp = c
+	if !a.nodeIPv4.IsValid() {
+		if l, err := netlink.LinkByName(a.cfg.Interface); err == nil {
+			a.nodeIPv4 = firstIPv4(l)
+		}
+	}
+	a.wg.Add(1)
+	go a.readARP()
+	return nil
 }
 
 // Sync adds and announces the wanted VIPs, and removes the others.
@@ -147,6 +161,15 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 		}
 	}
 	for v := range want {
+		// A VIP is recorded as held only once it can be announced: with its socket open. A socket
+		// that cannot be opened fails the Sync (the agent then does not tell the others it holds)
+		// and is retried on the next one, instead of leaving a VIP that nobody ever announces.
+		if v.Is6() && a.ndp == nil {
+			if err := a.openNDP(); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
 		present, err := a.hasAddr(v)
 		if err != nil {
 			errs = append(errs, err)
@@ -158,16 +181,25 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 				continue
 			}
 		}
+		if v.Is4() && a.arp == nil {
+			// No IPv4 address on the interface when the agent started: the VIP just added is
+			// one, so the ARP socket can be opened now. If it still cannot, take the VIP off
+			// again rather than hold it silently.
+			if err := a.openARP(); err != nil {
+				errs = append(errs, err)
+				if !present {
+					if derr := a.delAddr(v); derr != nil {
+						errs = append(errs, derr)
+					}
+				}
+				continue
+			}
+		}
 		if cancel, ok := a.held[v]; ok && present {
 			continue
 		} else if ok {
 			// Someone removed our address behind our back: announce afresh.
 			cancel()
-		}
-		if v.Is6() && a.ndp == nil {
-			if err := a.openNDP(); err != nil {
-				errs = append(errs, err)
-			}
 		}
 		actx, cancel := context.WithCancel(context.Background())
 		a.held[v] = cancel

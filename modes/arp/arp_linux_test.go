@@ -240,3 +240,50 @@ func TestLinkFlapKeepsARP(t *testing.T) {
 	g.Eventually(func() []arp.Duplicate { return dp.Status().Duplicates }, 3*time.Second, 20*time.Millisecond).
 		Should(ContainElement(HaveField("VIP", vip1)), "duplicate detection survives a link flap")
 }
+
+// An interface with no IPv4 address of its own when the agent starts (an IPv6-only node, or one
+// whose address comes later) still announces an IPv4 VIP: the ARP socket is opened once the VIP
+// itself is on the interface. Before, the VIP was recorded as held and never announced.
+func TestAnnouncerWithoutNodeIPv4(t *testing.T) {
+	l := lab.NewT(t, "arpno4")
+	g := NewWithT(t)
+	a, err := l.AddNamespace("a")
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := l.AddNamespace("b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
+	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.46.0.2/24"))).To(Succeed())
+	vip := netip.MustParseAddr("10.46.0.100")
+	var watcher *mdarp.Client
+	g.Expect(b.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		watcher, err = mdarp.Dial(ifi)
+		return err
+	})).To(Succeed())
+	defer watcher.Close()
+
+	var dp *arp.Announcer
+	g.Expect(a.Do(func() error {
+		var err error
+		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 1, BurstInterval: 100 * time.Millisecond,
+			RefreshInterval: time.Second, ProbeInterval: 200 * time.Millisecond}, logr.Discard(), prometheus.NewRegistry())
+		if err != nil {
+			return err
+		}
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
+	})).To(Succeed())
+	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+
+	mac := dp.Status().MAC
+	g.Expect(watcher.SetReadDeadline(time.Now().Add(3 * time.Second))).To(Succeed())
+	for {
+		p, _, err := watcher.Read()
+		g.Expect(err).NotTo(HaveOccurred(), "no gratuitous ARP seen for a VIP on an interface without IPv4")
+		if p.SenderIP == vip && p.TargetIP == vip && p.SenderHardwareAddr.String() == mac {
+			break
+		}
+	}
+}
