@@ -108,6 +108,8 @@ func TestIntegration(t *testing.T) {
 			{"VIPSamplesKCP", testVIPSamplesKCP},
 			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 			{"VIPRollout", testVIPRollout},
+			{"LoadBalancerClass", testLoadBalancerClass},
+			{"LoadBalancerClassAdmission", testLoadBalancerClassAdmission},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()

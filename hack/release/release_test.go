@@ -53,7 +53,7 @@ func TestComponents(t *testing.T) {
 	}
 	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 2))
 	g.Expect(string(processed)).To(ContainSubstring("image: " + o.ManagerImage))
 	g.Expect(string(processed)).NotTo(ContainSubstring("caplb-system\n  namespace:"))
 }
