@@ -37,7 +37,8 @@ import (
 // +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancerclasses/finalizers,verbs=update
 // +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers,verbs=get;list;watch;create;patch;delete
 
-// ClassControllerName is the name of the LoadBalancerClass controller.
+// ClassControllerName is the default name of the LoadBalancerClass controller (Options.ControllerName,
+// when set, names it <ControllerName>-class).
 const ClassControllerName = "loadbalancerclass"
 
 // LoadBalancerClassReconciler gives every Cluster a LoadBalancerClass selects a LoadBalancer
@@ -367,13 +368,13 @@ func setClassReady(s *classScope) {
 	conditions.Set(s.class, c)
 }
 
-func (r *LoadBalancerClassReconciler) setupWithManager(mgr ctrl.Manager, skipNameValidation bool) error {
+func (r *LoadBalancerClassReconciler) setupWithManager(mgr ctrl.Manager, name string, skipNameValidation bool) error {
 	opts := controller.Options{MaxConcurrentReconciles: 4}
 	if skipNameValidation {
 		opts.SkipNameValidation = ptr.To(true)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named(ClassControllerName).
+		Named(name).
 		WithOptions(opts).
 		For(&lbv1.LoadBalancerClass{}, builderPredicates(lbChanged)).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClasses),

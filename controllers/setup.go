@@ -124,7 +124,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	classes := &LoadBalancerClassReconciler{Client: mgr.GetClient(), Backends: reg}
-	if err := classes.setupWithManager(mgr, opts.SkipNameValidation); err != nil {
+	classController := ClassControllerName
+	if opts.ControllerName != "" {
+		classController = opts.ControllerName + "-class"
+	}
+	if err := classes.setupWithManager(mgr, classController, opts.SkipNameValidation); err != nil {
 		return fmt.Errorf("setting up the LoadBalancerClass controller: %w", err)
 	}
 	return nil
