@@ -251,3 +251,57 @@ func testLoadBalancerClassAdmission(t *testing.T, s *suite) {
 		})
 	}
 }
+
+// A template change that a LoadBalancer cannot take (its endpoint host, once set) is reported in
+// the class's Ready condition and never forced; the LoadBalancer keeps its endpoint.
+func testLoadBalancerClassNotApplied(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns, err := s.env.CreateNamespace(ctx, "lbclassna")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = s.env.CreateCluster(ctx, ns, "c1", harness.ClusterOptions{Labels: map[string]string{"lb": "ext"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	class := &lbv1.LoadBalancerClass{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+		Spec: lbv1.LoadBalancerClassSpec{
+			ClusterSelector: metav1.LabelSelector{MatchLabels: map[string]string{"lb": "ext"}},
+			Template: lbv1.LoadBalancerClassTemplate{Spec: lbv1.LoadBalancerTemplateSpec{
+				Endpoint:    lbv1.APIEndpoint{Host: "a.example.com", Port: 443},
+				Backend:     lbv1.Backend{Static: &lbv1.StaticBackend{}},
+				HealthCheck: lbv1.HealthCheck{Disabled: true},
+			}},
+		},
+	}
+	g.Expect(s.env.Client.Create(ctx, class)).To(Succeed())
+	_, err = s.env.WaitLB(ctx, ns, "c1-ext", flowTimeout, "endpoint from the template", func(lb *lbv1.LoadBalancer) bool {
+		return lb.Spec.Endpoint.Host == "a.example.com" && lb.Status.Endpoint.Host == "a.example.com"
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &lbv1.LoadBalancerClass{}
+		if err := s.env.Client.Get(ctx, client.ObjectKeyFromObject(class), c); err != nil {
+			return err
+		}
+		c.Spec.Template.Spec.Endpoint.Host = "b.example.com"
+		c.Spec.Template.Spec.TargetPort = 7443
+		return s.env.Client.Update(ctx, c)
+	})).To(Succeed())
+	c := &lbv1.LoadBalancerClass{}
+	g.Eventually(func() string {
+		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(class), c)).To(Succeed())
+		if r := conditions.Get(c, lbv1.ReadyCondition); r != nil && r.Status == metav1.ConditionFalse {
+			return r.Reason
+		}
+		return ""
+	}, flowTimeout, 100*time.Millisecond).Should(Equal(lbv1.TemplateNotAppliedReason))
+	msg := conditions.Get(c, lbv1.ReadyCondition).Message
+	g.Expect(msg).To(ContainSubstring("c1-ext"))
+	g.Expect(msg).To(ContainSubstring("spec.endpoint.host is a.example.com, the template says b.example.com"))
+	// What could change did; what could not stayed.
+	lb, err := s.env.WaitLB(ctx, ns, "c1-ext", flowTimeout, "targetPort from the template", func(lb *lbv1.LoadBalancer) bool {
+		return lb.Spec.TargetPort == 7443
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lb.Spec.Endpoint.Host).To(Equal("a.example.com"))
+}

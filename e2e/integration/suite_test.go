@@ -110,6 +110,7 @@ func TestIntegration(t *testing.T) {
 			{"VIPRollout", testVIPRollout},
 			{"LoadBalancerClass", testLoadBalancerClass},
 			{"LoadBalancerClassAdmission", testLoadBalancerClassAdmission},
+			{"LoadBalancerClassNotApplied", testLoadBalancerClassNotApplied},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
