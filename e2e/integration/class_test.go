@@ -82,6 +82,8 @@ func testLoadBalancerClass(t *testing.T, s *suite) {
 		g.Expect(ref.Kind).To(Equal("Cluster"))
 		g.Expect(ref.Name).To(Equal(cluster))
 		g.Expect(ref.UID).To(Equal(clusters[cluster].UID))
+		// The class wrote the spec once: defaults on both CRDs agree, so no sync loop.
+		g.Expect(lb.Generation).To(Equal(int64(1)), "LoadBalancer %s was rewritten", lb.Name)
 	}
 	waitClass := func(what string, pred func(c *lbv1.LoadBalancerClass) bool) *lbv1.LoadBalancerClass {
 		t.Helper()
