@@ -6,10 +6,12 @@ import (
 	"reflect"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
@@ -49,6 +51,15 @@ type LoadBalancerClassReconciler struct {
 	Client client.Client
 	// Backends validates the template as the LoadBalancer reconciler would validate the result.
 	Backends *providers.Registry
+	// Recorder, when set, emits events regarding classes.
+	Recorder events.EventRecorder
+}
+
+// event records a Normal event on the class about one of its LoadBalancers.
+func (r *LoadBalancerClassReconciler) event(class *lbv1.LoadBalancerClass, lb *lbv1.LoadBalancer, reason, action, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(class, lb, corev1.EventTypeNormal, reason, action, "%s", note)
+	}
 }
 
 // classScope is what one reconcile of a class learned, for its Ready condition.
@@ -139,6 +150,8 @@ func (r *LoadBalancerClassReconciler) reconcileClassDelete(ctx context.Context, 
 		if lb.DeletionTimestamp.IsZero() {
 			if err := r.Client.Delete(ctx, lb); client.IgnoreNotFound(err) != nil {
 				errs = append(errs, fmt.Errorf("deleting LoadBalancer %s: %w", lb.Name, err))
+			} else {
+				r.event(class, lb, lbv1.EventClassLoadBalancerDeleted, "Delete", "deleted LoadBalancer "+lb.Name+": the class is being deleted")
 			}
 		}
 	}
@@ -211,6 +224,9 @@ func (r *LoadBalancerClassReconciler) reconcileClassNormal(ctx context.Context, 
 		log.Info("Deleting LoadBalancer: its Cluster no longer matches the class", "LoadBalancer", name, "Cluster", lb.Spec.ClusterName)
 		if err := r.Client.Delete(ctx, lb); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting LoadBalancer %s: %w", name, err))
+		} else {
+			r.event(class, lb, lbv1.EventClassLoadBalancerDeleted, "Delete",
+				fmt.Sprintf("deleted LoadBalancer %s: Cluster %s no longer matches", name, lb.Spec.ClusterName))
 		}
 	}
 	return kerrors.NewAggregate(errs)
@@ -255,6 +271,7 @@ func (r *LoadBalancerClassReconciler) createLoadBalancer(ctx context.Context, s 
 		return fmt.Errorf("creating LoadBalancer %s: %w", name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created LoadBalancer for Cluster", "LoadBalancer", name, "Cluster", c.Name)
+	r.event(s.class, lb, lbv1.EventClassLoadBalancerCreated, "Create", fmt.Sprintf("created LoadBalancer %s for Cluster %s", name, c.Name))
 	s.notReady = append(s.notReady, name)
 	return nil
 }

@@ -123,7 +123,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := r.setupWithManager(mgr, name, workers, opts.SkipNameValidation); err != nil {
 		return err
 	}
-	classes := &LoadBalancerClassReconciler{Client: mgr.GetClient(), Backends: reg}
+	classes := &LoadBalancerClassReconciler{Client: mgr.GetClient(), Backends: reg, Recorder: r.Recorder}
 	classController := ClassControllerName
 	if opts.ControllerName != "" {
 		classController = opts.ControllerName + "-class"

@@ -124,6 +124,11 @@ func testLoadBalancerClass(t *testing.T, s *suite) {
 	g.Expect(m.Annotations).NotTo(HaveKey(lbv1.PreDrainHookAnnotation("c1-cp")))
 	g.Expect(m.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
 	waitClass("two Clusters again", func(c *lbv1.LoadBalancerClass) bool { return c.Status.MatchedClusters == 2 })
+	for _, reason := range []string{lbv1.EventClassLoadBalancerCreated, lbv1.EventClassLoadBalancerDeleted} {
+		ev, err := s.env.WaitEvent(ctx, ns, "LoadBalancerClass", "cp", "Normal", reason, flowTimeout)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ev.Message).To(ContainSubstring("LoadBalancer c"))
+	}
 
 	// A template change reaches every LoadBalancer.
 	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
