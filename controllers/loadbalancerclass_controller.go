@@ -69,7 +69,9 @@ type classScope struct {
 	invalid string
 	// conflicts, notApplied, notReady name LoadBalancers (and why, for notApplied).
 	conflicts, notApplied, notReady []string
-	matched, ready                  int32
+	// paused names the matching Clusters left alone because they are paused.
+	paused         []string
+	matched, ready int32
 	err                             error
 }
 
@@ -187,12 +189,25 @@ func (r *LoadBalancerClassReconciler) reconcileClassNormal(ctx context.Context, 
 
 	var errs []error
 	keep := map[string]bool{}
+	paused := map[string]bool{}
 	for i := range clusters.Items {
 		c := &clusters.Items[i]
+		if clusterPaused(c) {
+			// A paused Cluster (clusterctl move pauses every Cluster it moves) keeps its
+			// LoadBalancer as it is: created, updated or deleted only once it resumes, so that a
+			// class on both sides of a move never makes a second one.
+			paused[c.Name] = true
+		}
 		if !sel.Matches(labels.Set(c.Labels)) {
 			continue
 		}
 		name := LoadBalancerName(c.Name, class.Name)
+		if paused[c.Name] {
+			s.matched++
+			keep[name] = true
+			s.paused = append(s.paused, c.Name)
+			continue
+		}
 		if !c.DeletionTimestamp.IsZero() {
 			// The Cluster's deletion takes its LoadBalancer along (ownerRef); leave it be.
 			keep[name] = true
@@ -218,7 +233,7 @@ func (r *LoadBalancerClassReconciler) reconcileClassNormal(ctx context.Context, 
 		}
 	}
 	for name, lb := range owned {
-		if keep[name] || !lb.DeletionTimestamp.IsZero() {
+		if keep[name] || !lb.DeletionTimestamp.IsZero() || paused[lb.Spec.ClusterName] {
 			continue
 		}
 		log.Info("Deleting LoadBalancer: its Cluster no longer matches the class", "LoadBalancer", name, "Cluster", lb.Spec.ClusterName)
@@ -377,8 +392,15 @@ func setClassReady(s *classScope) {
 		c.Reason, c.Message = lbv1.TemplateNotAppliedReason, strings.Join(s.notApplied, "; ")
 	case s.matched == 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, lbv1.NoClustersMatchedReason, "spec.clusterSelector matches no Cluster in the namespace"
-	case len(s.notReady) > 0:
-		c.Reason, c.Message = lbv1.WaitingForLoadBalancersReason, "not Ready yet: "+strings.Join(s.notReady, ", ")
+	case len(s.notReady) > 0 || len(s.paused) > 0:
+		var parts []string
+		if len(s.notReady) > 0 {
+			parts = append(parts, "not Ready yet: "+strings.Join(s.notReady, ", "))
+		}
+		if len(s.paused) > 0 {
+			parts = append(parts, "Clusters paused, their LoadBalancers left as they are: "+strings.Join(s.paused, ", "))
+		}
+		c.Reason, c.Message = lbv1.WaitingForLoadBalancersReason, strings.Join(parts, "; ")
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, lbv1.ReadyReason
 	}
@@ -408,10 +430,18 @@ func (r *LoadBalancerClassReconciler) setupWithManager(mgr ctrl.Manager, name st
 }
 
 // clusterSelectionChanged passes Cluster updates that may change a class's selection or its
-// LoadBalancer: labels, deletion, a new UID under the same name.
+// LoadBalancer: labels, deletion, a new UID under the same name, pause.
 func clusterSelectionChanged(old, new client.Object) bool {
-	return !reflect.DeepEqual(old.GetLabels(), new.GetLabels()) ||
-		!old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) || old.GetUID() != new.GetUID()
+	oc, ok1 := old.(*clusterv1.Cluster)
+	nc, ok2 := new.(*clusterv1.Cluster)
+	return !ok1 || !ok2 || !reflect.DeepEqual(old.GetLabels(), new.GetLabels()) ||
+		!old.GetDeletionTimestamp().Equal(new.GetDeletionTimestamp()) || old.GetUID() != new.GetUID() ||
+		clusterPaused(oc) != clusterPaused(nc)
+}
+
+// clusterPaused is CAPI's pause rule for a Cluster: spec.paused or the paused annotation.
+func clusterPaused(c *clusterv1.Cluster) bool {
+	return ptr.Deref(c.Spec.Paused, false) || annotations.HasPaused(c)
 }
 
 // classLBChanged passes updates of a class's LoadBalancer the class reports on: its spec, its

@@ -312,3 +312,68 @@ func testLoadBalancerClassNotApplied(t *testing.T, s *suite) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lb.Spec.Endpoint.Host).To(Equal("a.example.com"))
 }
+
+// A class leaves a paused Cluster's LoadBalancer alone (clusterctl move pauses every Cluster it
+// moves): no LoadBalancer is created for it while it is paused, and one is once it resumes. A
+// paused class does nothing at all until unpaused.
+func testLoadBalancerClassPause(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns, err := s.env.CreateNamespace(ctx, "lbclasspause")
+	g.Expect(err).NotTo(HaveOccurred())
+	sel := map[string]string{"lb": "ext"}
+	c1, err := s.env.CreateCluster(ctx, ns, "c1", harness.ClusterOptions{Labels: sel, Paused: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	class := &lbv1.LoadBalancerClass{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
+		Spec: lbv1.LoadBalancerClassSpec{
+			ClusterSelector: metav1.LabelSelector{MatchLabels: sel},
+			Template: lbv1.LoadBalancerClassTemplate{Spec: lbv1.LoadBalancerTemplateSpec{
+				Endpoint: lbv1.APIEndpoint{Host: "a.example.com", Port: 443},
+				Backend:  lbv1.Backend{Static: &lbv1.StaticBackend{}}, HealthCheck: lbv1.HealthCheck{Disabled: true},
+			}},
+		},
+	}
+	g.Expect(s.env.Client.Create(ctx, class)).To(Succeed())
+	classReady := func(g Gomega) *metav1.Condition {
+		c := &lbv1.LoadBalancerClass{}
+		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(class), c)).To(Succeed())
+		return conditions.Get(c, lbv1.ReadyCondition)
+	}
+	g.Eventually(func(g Gomega) {
+		r := classReady(g)
+		g.Expect(r).NotTo(BeNil())
+		g.Expect(r.Message).To(ContainSubstring("Clusters paused"))
+	}, flowTimeout).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1-ext"}, &lbv1.LoadBalancer{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a paused Cluster got a LoadBalancer: %v", err)
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// Pause the class, resume the Cluster: still nothing.
+	g.Expect(s.env.Annotate(ctx, class, clusterv1.PausedAnnotation, ptrTo(""))).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &clusterv1.Cluster{}
+		if err := s.env.Client.Get(ctx, client.ObjectKeyFromObject(c1), cur); err != nil {
+			return err
+		}
+		cur.Spec.Paused = nil
+		return s.env.Client.Update(ctx, cur)
+	})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		c := &lbv1.LoadBalancerClass{}
+		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(class), c)).To(Succeed())
+		g.Expect(conditions.IsTrue(c, lbv1.PausedCondition)).To(BeTrue())
+	}, flowTimeout).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "c1-ext"}, &lbv1.LoadBalancer{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a paused class created a LoadBalancer: %v", err)
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// Unpause the class: the LoadBalancer comes.
+	g.Expect(s.env.Annotate(ctx, class, clusterv1.PausedAnnotation, nil)).To(Succeed())
+	_, err = s.env.WaitLB(ctx, ns, "c1-ext", flowTimeout, "created once nothing is paused", func(lb *lbv1.LoadBalancer) bool {
+		return lb.Spec.ClusterName == "c1"
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+}

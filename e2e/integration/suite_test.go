@@ -111,6 +111,7 @@ func TestIntegration(t *testing.T) {
 			{"LoadBalancerClass", testLoadBalancerClass},
 			{"LoadBalancerClassAdmission", testLoadBalancerClassAdmission},
 			{"LoadBalancerClassNotApplied", testLoadBalancerClassNotApplied},
+			{"LoadBalancerClassPause", testLoadBalancerClassPause},
 			{"ClusterClassSample", testClusterClassSample},
 		} {
 			t.Run(f.name, func(t *testing.T) {
