@@ -72,7 +72,7 @@ type classScope struct {
 	// paused names the matching Clusters left alone because they are paused.
 	paused         []string
 	matched, ready int32
-	err                             error
+	err            error
 }
 
 // LoadBalancerName is the name of the LoadBalancer a class gives a Cluster: <cluster>-<class>,
