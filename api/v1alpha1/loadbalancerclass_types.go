@@ -121,7 +121,6 @@ type LoadBalancerClassStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:path=loadbalancerclasses,scope=Namespaced,shortName=lbc,categories=cluster-api
 // +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
-// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=".spec.template.spec.backend",priority=1
 // +kubebuilder:printcolumn:name="Clusters",type=integer,JSONPath=".status.matchedClusters"
 // +kubebuilder:printcolumn:name="Ready LBs",type=integer,JSONPath=".status.readyLoadBalancers"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
