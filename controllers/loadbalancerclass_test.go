@@ -115,3 +115,32 @@ func TestValidateTemplate(t *testing.T) {
 		})
 	}
 }
+
+func TestSetClassReady(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		s      classScope
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{"all ready", classScope{matched: 2, ready: 2}, metav1.ConditionTrue, lbv1.ReadyReason},
+		{"nothing matched", classScope{}, metav1.ConditionTrue, lbv1.NoClustersMatchedReason},
+		{"waiting", classScope{matched: 2, ready: 1, notReady: []string{"b-cp"}}, metav1.ConditionFalse, lbv1.WaitingForLoadBalancersReason},
+		{"paused Cluster", classScope{matched: 1, paused: []string{"a"}}, metav1.ConditionFalse, lbv1.WaitingForLoadBalancersReason},
+		{"not applied beats waiting", classScope{matched: 2, notReady: []string{"b-cp"}, notApplied: []string{"a-cp: x"}}, metav1.ConditionFalse, lbv1.TemplateNotAppliedReason},
+		{"conflict beats not applied", classScope{matched: 2, conflicts: []string{"a-cp"}, notApplied: []string{"b-cp: x"}}, metav1.ConditionFalse, lbv1.LoadBalancerNameConflictReason},
+		{"invalid beats all", classScope{invalid: "spec.clusterSelector: bad", conflicts: []string{"a-cp"}}, metav1.ConditionFalse, lbv1.InvalidSpecReason},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s := tc.s
+			s.class = &lbv1.LoadBalancerClass{}
+			setClassReady(&s)
+			c := s.class.Status.Conditions
+			g.Expect(c).To(HaveLen(1))
+			g.Expect(c[0].Status).To(Equal(tc.status))
+			g.Expect(c[0].Reason).To(Equal(tc.reason))
+			g.Expect(s.class.Status.MatchedClusters).To(Equal(tc.s.matched))
+		})
+	}
+}
