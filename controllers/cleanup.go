@@ -41,11 +41,14 @@ type CleanupReport struct {
 	Marks int
 	// Finalizers lists the LoadBalancers whose finalizer was removed.
 	Finalizers []string
+	// ClassFinalizers lists the LoadBalancerClasses whose finalizer was removed.
+	ClassFinalizers []string
 }
 
 // Cleanup releases every hook and annotation caplb placed on Machines (and Nodes with
-// opts.Nodes), then removes caplb's finalizer from every LoadBalancer. Members first, so that no
-// Machine is left waiting on a LoadBalancer that can no longer release it.
+// opts.Nodes), then removes caplb's finalizer from every LoadBalancer and LoadBalancerClass.
+// Members first, so that no Machine is left waiting on a LoadBalancer that can no longer release
+// it. (A class's finalizer only deletes its LoadBalancers: without a manager nobody would.)
 func Cleanup(ctx context.Context, c client.Client, opts CleanupOptions) (CleanupReport, error) {
 	var rep CleanupReport
 	var errs []error
@@ -90,6 +93,25 @@ func Cleanup(ctx context.Context, c client.Client, opts CleanupOptions) (Cleanup
 		controllerutil.RemoveFinalizer(lb, lbv1.LoadBalancerFinalizer)
 		if err := c.Patch(ctx, lb, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing the finalizer of LoadBalancer %s/%s: %w", lb.Namespace, lb.Name, err))
+		}
+	}
+	var classes lbv1.LoadBalancerClassList
+	if err := c.List(ctx, &classes, ns...); err != nil && !meta.IsNoMatchError(err) {
+		return rep, errors.Join(append(errs, fmt.Errorf("listing LoadBalancerClasses: %w", err))...)
+	}
+	for i := range classes.Items {
+		lbc := &classes.Items[i]
+		if !controllerutil.ContainsFinalizer(lbc, lbv1.LoadBalancerClassFinalizer) {
+			continue
+		}
+		rep.ClassFinalizers = append(rep.ClassFinalizers, lbc.Namespace+"/"+lbc.Name)
+		if opts.DryRun {
+			continue
+		}
+		orig := lbc.DeepCopy()
+		controllerutil.RemoveFinalizer(lbc, lbv1.LoadBalancerClassFinalizer)
+		if err := c.Patch(ctx, lbc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing the finalizer of LoadBalancerClass %s/%s: %w", lbc.Namespace, lbc.Name, err))
 		}
 	}
 	return rep, errors.Join(errs...)

@@ -55,6 +55,8 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 		r.event(lb, nil, true, lbv1.EventBackendError, "Ensure", "%v", s.ensureErr)
 	} else {
 		s.endpoint = es
+		// Cleared when the backend does not know (better no owner shown than a stale one).
+		lb.Status.VIPOwner = es.VIPOwner
 		if es.Endpoint.Host != "" {
 			if es.Endpoint.Port == 0 {
 				es.Endpoint.Port = lb.Spec.EffectivePort()

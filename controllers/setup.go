@@ -70,8 +70,8 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
-// Setup registers the field indexes, the backends, the metrics and the LoadBalancer reconciler
-// on mgr. The manager's scheme must include AddToScheme's types.
+// Setup registers the field indexes, the backends, the metrics, the LoadBalancer reconciler and
+// the LoadBalancerClass reconciler on mgr. The manager's scheme must include AddToScheme's types.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer(), opts.NodeTargetsNamespace != ""); err != nil {
 		return err
@@ -120,5 +120,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if workers <= 0 {
 		workers = DefaultMaxConcurrentReconciles
 	}
-	return r.setupWithManager(mgr, name, workers, opts.SkipNameValidation)
+	if err := r.setupWithManager(mgr, name, workers, opts.SkipNameValidation); err != nil {
+		return err
+	}
+	classes := &LoadBalancerClassReconciler{Client: mgr.GetClient(), Backends: reg, Recorder: r.Recorder}
+	classController := ClassControllerName
+	if opts.ControllerName != "" {
+		classController = opts.ControllerName + "-class"
+	}
+	if err := classes.setupWithManager(mgr, classController, opts.SkipNameValidation); err != nil {
+		return fmt.Errorf("setting up the LoadBalancerClass controller: %w", err)
+	}
+	return nil
 }

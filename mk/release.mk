@@ -21,7 +21,7 @@ GO_LDFLAGS := -X github.com/caplb/caplb/cmd/internal/version.Version=$(VERSION) 
 
 .PHONY: release components
 
-release: ## Write the clusterctl release into $(OUT)/release: addon-components.yaml, metadata.yaml, agent manifests.
+release: ## Write the clusterctl release into $(OUT)/release: addon-components.yaml, metadata.yaml, agent manifests, cluster templates.
 	$(GO) run ./hack/mkrelease -out $(RELEASE_DIR) -version $(VERSION) \
 	  -manager-image $(MANAGER_IMAGE) -agent-image $(AGENT_IMAGE)
 

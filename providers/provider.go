@@ -57,6 +57,10 @@ type EndpointStatus struct {
 	Events []Event
 	// RequeueAfter asks for another Ensure after this long (e.g. the next probe); 0 for none.
 	RequeueAfter time.Duration
+	// VIPOwner is the member (its Node name) whose agent reports holding the endpoint, for a
+	// backend with one owner at a time (arp); empty for the others and while nobody is known to
+	// hold it. The controller shows it in status.vipOwner.
+	VIPOwner string
 }
 
 // Event is a notable change a backend reports.

@@ -88,3 +88,21 @@ const (
 	// WaitingForAgentsReason: some member's agent has not reported, or reports an older membership.
 	WaitingForAgentsReason = "WaitingForAgents"
 )
+
+// Reasons of a LoadBalancerClass's Ready condition (it also uses ReadyReason, InvalidSpecReason,
+// ReconcileErrorReason and the Paused condition).
+const (
+	// WaitingForLoadBalancersReason: every matched Cluster has its LoadBalancer, in sync with the
+	// template, but some are not Ready yet; the message names them.
+	WaitingForLoadBalancersReason = "WaitingForLoadBalancers"
+	// NoClustersMatchedReason: the selector matches no Cluster; there is nothing to do.
+	NoClustersMatchedReason = "NoClustersMatched"
+	// TemplateNotAppliedReason: some LoadBalancers keep a value the template no longer has,
+	// because the LoadBalancer's immutability rules forbid the change (backend kind, addressFrom,
+	// a published endpoint) or admission refused it; the message names each and the field. The
+	// class never fights admission: recreate the LoadBalancer (or the Cluster) to apply it.
+	TemplateNotAppliedReason = "TemplateNotApplied"
+	// LoadBalancerNameConflictReason: a LoadBalancer named <cluster>-<class> exists that this
+	// class did not create (no class label or another class's); the class leaves it alone.
+	LoadBalancerNameConflictReason = "LoadBalancerNameConflict"
+)

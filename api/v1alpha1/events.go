@@ -63,3 +63,13 @@ const (
 	// annotation it had placed, and its backend.
 	EventReleased = "Released"
 )
+
+// Event reasons the LoadBalancerClass controller records on a class (related to the
+// LoadBalancer).
+const (
+	// EventClassLoadBalancerCreated (Normal): a Cluster matched; its LoadBalancer was created.
+	EventClassLoadBalancerCreated = "LoadBalancerCreated"
+	// EventClassLoadBalancerDeleted (Normal): a Cluster stopped matching (or the class is being
+	// deleted); its LoadBalancer was deleted and releases its members.
+	EventClassLoadBalancerDeleted = "LoadBalancerDeleted"
+)

@@ -253,6 +253,12 @@ type LoadBalancerStatus struct {
 	// +optional
 	Backend string `json:"backend,omitempty"`
 
+	// vipOwner is the member (its Node name) whose agent reports holding the VIP, with the arp
+	// backend; empty with the others (bgp: every active member announces it) and while no
+	// agent's report says so.
+	// +optional
+	VIPOwner string `json:"vipOwner,omitempty"`
+
 	// targets lists every selected member, sorted by name.
 	// +optional
 	// +listType=map
@@ -292,6 +298,8 @@ type LoadBalancerStatus struct {
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=".status.activeTargets"
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=".status.totalTargets"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=".status.vipOwner",priority=1,description="Node holding the ARP VIP"
+// +kubebuilder:printcolumn:name="Active Members",type=string,JSONPath=".status.targets[?(@.state==\"active\")].name",priority=1,description="Members in rotation"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type LoadBalancer struct {
 	metav1.TypeMeta   `json:",inline"`

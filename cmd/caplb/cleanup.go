@@ -68,5 +68,8 @@ func runCleanup(ctx context.Context, c client.Client, o controllers.CleanupOptio
 	for _, f := range rep.Finalizers {
 		fmt.Fprintf(out, "%s the finalizer of LoadBalancer %s\n", verb, f)
 	}
+	for _, f := range rep.ClassFinalizers {
+		fmt.Fprintf(out, "%s the finalizer of LoadBalancerClass %s\n", verb, f)
+	}
 	return err
 }

@@ -21,6 +21,8 @@ type ClusterOptions struct {
 	Endpoint clusterv1.APIEndpoint
 	// Paused sets spec.paused.
 	Paused bool
+	// Labels are set on the Cluster (e.g. for a LoadBalancerClass's clusterSelector).
+	Labels map[string]string
 }
 
 // CreateCluster creates a Cluster with no infrastructureRef (so CAPI marks its infrastructure
@@ -29,7 +31,7 @@ type ClusterOptions struct {
 // its workload cluster.
 func (e *Env) CreateCluster(ctx context.Context, namespace, name string, o ClusterOptions) (*clusterv1.Cluster, error) {
 	c := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: o.Labels},
 		Spec: clusterv1.ClusterSpec{
 			// spec is required and a typed empty one is omitted: give it a pod network.
 			ClusterNetwork: clusterv1.ClusterNetwork{

@@ -108,6 +108,11 @@ func TestIntegration(t *testing.T) {
 			{"VIPSamplesKCP", testVIPSamplesKCP},
 			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 			{"VIPRollout", testVIPRollout},
+			{"LoadBalancerClass", testLoadBalancerClass},
+			{"LoadBalancerClassAdmission", testLoadBalancerClassAdmission},
+			{"LoadBalancerClassNotApplied", testLoadBalancerClassNotApplied},
+			{"LoadBalancerClassPause", testLoadBalancerClassPause},
+			{"ClusterClassSample", testClusterClassSample},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,6 +20,19 @@ func testUninstallCleanup(t *testing.T, s *suite) {
 	g := NewWithT(t)
 	f, ms := activeCluster(t, s)
 	victim := ms[0]
+	// A LoadBalancerClass (selecting nothing) carries its finalizer too.
+	class := &lbv1.LoadBalancerClass{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "cls"},
+		Spec: lbv1.LoadBalancerClassSpec{
+			ClusterSelector: metav1.LabelSelector{MatchLabels: map[string]string{"nothing": "matches"}},
+			Template:        lbv1.LoadBalancerClassTemplate{Spec: lbv1.LoadBalancerTemplateSpec{Backend: lbv1.Backend{Static: &lbv1.StaticBackend{}}}},
+		},
+	}
+	g.Expect(s.env.Client.Create(f.ctx, class)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(s.env.Client.Get(f.ctx, client.ObjectKeyFromObject(class), class)).To(Succeed())
+		g.Expect(class.Finalizers).To(ContainElement(lbv1.LoadBalancerClassFinalizer))
+	}, flowTimeout).Should(Succeed())
 
 	if err := s.caplb.Stop(); err != nil {
 		t.Fatalf("stopping caplb manager: %v", err)
@@ -40,6 +54,7 @@ func testUninstallCleanup(t *testing.T, s *suite) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(rep.Hooks).To(HaveLen(3))
 	g.Expect(rep.Finalizers).To(ConsistOf(f.ns + "/lb"))
+	g.Expect(rep.ClassFinalizers).To(ConsistOf(f.ns + "/cls"))
 	g.Expect(f.machine(g, victim.Name).Annotations).To(HaveKey(lbv1.PreDrainHookAnnotation("lb")))
 
 	rep, err = controllers.Cleanup(f.ctx, s.env.Client, controllers.CleanupOptions{Namespace: f.ns})
@@ -56,6 +71,8 @@ func testUninstallCleanup(t *testing.T, s *suite) {
 	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "lb"}, lb)).To(Succeed())
 	g.Expect(s.env.Client.Delete(f.ctx, lb)).To(Succeed())
 	g.Expect(s.env.WaitGone(f.ctx, lb, 30*time.Second)).To(Succeed(), "no finalizer left to wait on a manager")
+	g.Expect(s.env.Client.Delete(f.ctx, class)).To(Succeed())
+	g.Expect(s.env.WaitGone(f.ctx, class, 30*time.Second)).To(Succeed(), "the class's finalizer is gone too")
 
 	// Idempotent.
 	rep, err = controllers.Cleanup(f.ctx, s.env.Client, controllers.CleanupOptions{Namespace: f.ns})

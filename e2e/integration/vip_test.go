@@ -190,6 +190,12 @@ func testVIPMembership(t *testing.T, s *suite) {
 			harness.ConditionIs(lb, lbv1.AgentsReadyCondition, metav1.ConditionTrue)
 	})
 	g.Expect(f.membership(g)).To(Equal(agentv1.Membership{Version: 1, Members: []agentv1.MemberConfig{{Name: n0, Address: "127.0.0.2"}}}))
+	// `kubectl get lb -o wide` shows who holds the VIP and who is in rotation.
+	g.Eventually(func(g Gomega) {
+		row := f.lbWideRow(g, "lb")
+		g.Expect(row).To(HaveKeyWithValue("Owner", n0))
+		g.Expect(row).To(HaveKeyWithValue("Active Members", "m0"))
+	}, flowTimeout).Should(Succeed())
 	node := &corev1.Node{}
 	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Name: n0}, node)).To(Succeed())
 	g.Expect(node.Annotations[agentv1.MembershipAnnotation]).To(Equal(f.membership(g).String()))

@@ -58,8 +58,10 @@ func Metadata(o Options) ([]byte, error) {
 	return data, nil
 }
 
-// Write renders the release into dir: addon-components.yaml, metadata.yaml and the agent
-// manifests. It returns the paths written.
+// Write renders the release into dir: addon-components.yaml, metadata.yaml, the agent
+// manifests and the clusterctl templates (templates/cluster-template-*.yaml and
+// clusterclass-*.yaml, copied as they are: clusterctl substitutes their variables). It returns
+// the paths written.
 func Write(o Options, dir string) ([]string, error) {
 	comps, err := Components(o)
 	if err != nil {
@@ -77,6 +79,13 @@ func Write(o Options, dir string) ([]string, error) {
 	for k, v := range agent {
 		files[k] = v
 	}
+	tmpl, err := Templates(o.Root)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range tmpl {
+		files[k] = v
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -89,4 +98,23 @@ func Write(o Options, dir string) ([]string, error) {
 		written = append(written, p)
 	}
 	return written, nil
+}
+
+// Templates reads the clusterctl templates under root/templates, by file name.
+func Templates(root string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, pattern := range []string{"cluster-template-*.yaml", "clusterclass-*.yaml"} {
+		paths, err := filepath.Glob(filepath.Join(root, "templates", pattern))
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return nil, fmt.Errorf("reading template: %w", err)
+			}
+			out[filepath.Base(p)] = data
+		}
+	}
+	return out, nil
 }

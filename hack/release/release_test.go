@@ -53,7 +53,7 @@ func TestComponents(t *testing.T) {
 	}
 	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 2))
 	g.Expect(string(processed)).To(ContainSubstring("image: " + o.ManagerImage))
 	g.Expect(string(processed)).NotTo(ContainSubstring("caplb-system\n  namespace:"))
 }
@@ -244,4 +244,22 @@ func mustAtoi(t *testing.T, s string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// The release carries the clusterctl templates, byte for byte, under the names clusterctl looks
+// for (`clusterctl generate cluster --flavor <flavor>` reads cluster-template-<flavor>.yaml).
+func TestWriteIncludesTemplates(t *testing.T) {
+	g := NewWithT(t)
+	o := testOptions(t)
+	dir := t.TempDir()
+	_, err := Write(o, dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, flavor := range []string{"static", "arp", "bgp"} {
+		name := "cluster-template-" + flavor + ".yaml"
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		g.Expect(err).NotTo(HaveOccurred(), "release lacks %s", name)
+		want, err := os.ReadFile(filepath.Join(o.Root, "templates", name))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(want))
+	}
 }

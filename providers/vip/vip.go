@@ -207,6 +207,9 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 	}
 	holder := vs.holder(cur, "")
 	st.Available = holder != ""
+	if lb.Spec.Backend.ARP != nil {
+		st.VIPOwner = holder
+	}
 	if st.Available {
 		st.Reason = lbv1.EndpointAvailableReason
 		if lb.Spec.Backend.BGP != nil {
