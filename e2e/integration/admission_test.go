@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"io/fs"
 	"strings"
 	"testing"
@@ -153,21 +154,7 @@ func testAdmission(t *testing.T, s *suite) {
 			g := NewWithT(t)
 			name := "good-" + string(rune('a'+i))
 			g.Expect(s.env.Client.Create(ctx, lbObject(ns, name, validSpec()))).To(Succeed())
-			// A conflict with the controller's own writes (finalizer, status) is retried; the
-			// first other answer must be the rejection.
-			err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-				u := &unstructured.Unstructured{}
-				u.SetGroupVersionKind(lbv1.GroupVersion.WithKind("LoadBalancer"))
-				if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
-					return err
-				}
-				spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-				tc.mutate(spec)
-				if err := unstructured.SetNestedMap(u.Object, spec, "spec"); err != nil {
-					return err
-				}
-				return s.env.Client.Update(ctx, u)
-			})
+			err := updateLBSpec(ctx, s, ns, name, tc.mutate)
 			g.Expect(err).To(HaveOccurred(), "the API server accepted the update")
 			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 			for _, w := range tc.want {
@@ -218,4 +205,23 @@ func testSamplesValid(t *testing.T, s *suite) {
 	if n < 4 {
 		t.Fatalf("expected the user-facing samples in config/samples, found %d files", n)
 	}
+}
+
+// updateLBSpec reads the LoadBalancer as unstructured, applies mutate to its spec and updates it.
+// A conflict with the controller's own writes (finalizer, status) is retried; the first other
+// answer is returned.
+func updateLBSpec(ctx context.Context, s *suite, ns, name string, mutate func(spec map[string]any)) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(lbv1.GroupVersion.WithKind("LoadBalancer"))
+		if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+			return err
+		}
+		spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+		mutate(spec)
+		if err := unstructured.SetNestedMap(u.Object, spec, "spec"); err != nil {
+			return err
+		}
+		return s.env.Client.Update(ctx, u)
+	})
 }

@@ -5,11 +5,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
 
 // Immutability holds when a field is removed or zeroed too: the API server skips a transition
@@ -43,19 +39,7 @@ func testImmutability(t *testing.T, s *suite) {
 			g := NewWithT(t)
 			name := "imm-" + string(rune('a'+i))
 			g.Expect(s.env.Client.Create(ctx, lbObject(ns, name, validSpec()))).To(Succeed())
-			err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-				u := &unstructured.Unstructured{}
-				u.SetGroupVersionKind(lbv1.GroupVersion.WithKind("LoadBalancer"))
-				if err := s.env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
-					return err
-				}
-				spec, _, _ := unstructured.NestedMap(u.Object, "spec")
-				tc.mutate(spec)
-				if err := unstructured.SetNestedMap(u.Object, spec, "spec"); err != nil {
-					return err
-				}
-				return s.env.Client.Update(ctx, u)
-			})
+			err := updateLBSpec(ctx, s, ns, name, tc.mutate)
 			g.Expect(err).To(HaveOccurred(), "the API server accepted the update")
 			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 			for _, w := range tc.want {
