@@ -1,8 +1,18 @@
 # WireGuard tunnel backend (issue 11): the lab's tools and the benchmark.
-# The e2e/wireguard lab tests run in `make test` (root); they need nft (mk/arp.mk's nftables
-# target) for the NAT router and conntrack to flush its mappings.
+# The e2e/wireguard lab tests run in `make test` (root); they need nft for the lab's NAT router
+# (the agent itself needs no nft: it programs nftables over netlink) and conntrack to flush its
+# mappings.
 
-.PHONY: conntrack bench-wireguard
+.PHONY: nftables conntrack bench-wireguard
+
+# Idempotent and cheap once installed; installing needs root (without root the lab tests skip).
+nftables: ## Install nft (Debian package nftables) for the WireGuard lab's NAT router if it is missing.
+	@if command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "nftables: not root, not installing (WireGuard NAT test will skip)"; exit 0; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y --no-install-recommends nftables || { apt-get update && apt-get install -y --no-install-recommends nftables; }
+
+TEST_DEPS += nftables
 
 # Idempotent and cheap once installed; installing needs root (without root the lab tests skip).
 conntrack: ## Install conntrack (Debian package conntrack) for the WireGuard NAT lab if it is missing.
