@@ -85,6 +85,19 @@ func (e *Env) managerOptions() manager.Options {
 // to reach workload clusters, and the test infrastructure provider, set up the way CAPI's own
 // manager and envtest suites set them up.
 func (e *Env) StartCAPI(ctx context.Context) (*Running, error) {
+	return e.StartCAPIWith(ctx, CAPIOptions{})
+}
+
+// CAPIOptions tunes StartCAPIWith.
+type CAPIOptions struct {
+	// Infrastructure sets up the infrastructure provider in CAPI's manager; nil sets up the
+	// test provider (e2e/testinfra) with the management cluster as every workload cluster.
+	Infrastructure func(mgr manager.Manager) error
+}
+
+// StartCAPIWith is StartCAPI with another infrastructure provider (the lifecycle lab's, which
+// boots a network-namespace machine per TestMachine).
+func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error) {
 	opts := e.managerOptions()
 	opts.Cache = setup.ManagerCacheOptions(e.Scheme, "caplb-test-capi", "", 10*time.Minute)
 	opts.Client = setup.ManagerClientOptions()
@@ -129,12 +142,18 @@ func (e *Env) StartCAPI(ctx context.Context) (*Running, error) {
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 5}); err != nil {
 		return nil, fmt.Errorf("setting up CAPI Machine reconciler: %w", err)
 	}
-	if err := (&testinfra.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Workload:  mgr.GetClient(),
-	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: 5}); err != nil {
-		return nil, fmt.Errorf("setting up test infrastructure provider: %w", err)
+	infra := o.Infrastructure
+	if infra == nil {
+		infra = func(mgr manager.Manager) error {
+			return (&testinfra.Reconciler{
+				Client:    mgr.GetClient(),
+				APIReader: mgr.GetAPIReader(),
+				Workload:  mgr.GetClient(),
+			}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: 5})
+		}
+	}
+	if err := infra(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the infrastructure provider: %w", err)
 	}
 	r, err := start(ctx, "CAPI", mgr)
 	if err != nil {

@@ -71,6 +71,12 @@ type FRRConfig struct {
 	Keepalive, Hold time.Duration
 	// MaximumPaths is the ECMP width. Default 16.
 	MaximumPaths int
+	// ListenRange, when valid, accepts sessions from any address in it (peer group "nodes",
+	// AS ListenASN): nodes that come and go, as a rack's top-of-rack router is configured.
+	ListenRange netip.Prefix
+	ListenASN   uint32
+	// ListenPassword is the listen range's TCP-MD5 password; empty for none.
+	ListenPassword string
 }
 
 // FRR is a real router: FRR's zebra and bgpd, started directly as processes in a namespace
@@ -214,6 +220,15 @@ func (f *FRR) bgpdConf() string {
 			fmt.Fprintf(&b, " neighbor %s password %s\n", n.Address, n.Password)
 		}
 	}
+	if f.cfg.ListenRange.IsValid() {
+		b.WriteString(" neighbor nodes peer-group\n")
+		fmt.Fprintf(&b, " neighbor nodes remote-as %d\n", f.cfg.ListenASN)
+		fmt.Fprintf(&b, " neighbor nodes timers %s %s\n", sec(f.cfg.Keepalive), sec(f.cfg.Hold))
+		if f.cfg.ListenPassword != "" {
+			fmt.Fprintf(&b, " neighbor nodes password %s\n", f.cfg.ListenPassword)
+		}
+		fmt.Fprintf(&b, " bgp listen range %s peer-group nodes\n", f.cfg.ListenRange)
+	}
 	for _, fam := range []struct {
 		name string
 		is4  bool
@@ -225,6 +240,9 @@ func (f *FRR) bgpdConf() string {
 			if n.Address.Is4() == fam.is4 {
 				fmt.Fprintf(&b, "  neighbor %s activate\n", n.Address)
 			}
+		}
+		if f.cfg.ListenRange.IsValid() && f.cfg.ListenRange.Addr().Is4() == fam.is4 {
+			b.WriteString("  neighbor nodes activate\n")
 		}
 		b.WriteString(" exit-address-family\n")
 	}

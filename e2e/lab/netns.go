@@ -281,3 +281,22 @@ func (n *Netns) Do(fn func() error) error {
 
 // LogPath is where Start writes the output of the process called name.
 func (l *Lab) LogPath(name string) string { return filepath.Join(l.dir, name+".log") }
+
+// RemoveNamespace kills what still runs in n and deletes it (its links go with it): a machine
+// leaving the lab for good.
+func (l *Lab) RemoveNamespace(n *Netns) error {
+	l.mu.Lock()
+	for i, x := range l.nss {
+		if x == n {
+			l.nss = append(l.nss[:i], l.nss[i+1:]...)
+			break
+		}
+	}
+	l.mu.Unlock()
+	killNamespacePids(n.name)
+	_ = n.handle.Close()
+	if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns del %s: %w: %s", n.name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -31,61 +31,99 @@ var KubeadmServingDNSNames = []string{"kubernetes", "kubernetes.default", "kuber
 // WriteTestPKI writes a fresh CA and server certificate into dir; hosts are
 // further SANs (IP addresses or DNS names).
 func WriteTestPKI(dir string, hosts ...string) (PKI, error) {
+	ca, err := NewCA(dir)
+	if err != nil {
+		return PKI{}, err
+	}
+	p := PKI{CAFile: ca.CertFile}
+	p.CertFile, p.KeyFile, err = ca.IssueServing(dir, "server", hosts...)
+	return p, err
+}
+
+// CA is a lab certificate authority (a cluster CA: kubeadm's /etc/kubernetes/pki/ca.crt).
+type CA struct {
+	// CertFile is the CA certificate (PEM); PEM is its content.
+	CertFile string
+	PEM      []byte
+	cert     *x509.Certificate
+	key      *ecdsa.PrivateKey
+}
+
+// NewCA writes a fresh CA certificate to dir/ca.crt.
+func NewCA(dir string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "caplb-lab-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("lab pki: CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	ca := &CA{CertFile: filepath.Join(dir, "ca.crt"), PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		cert: cert, key: key}
+	if err := os.WriteFile(ca.CertFile, ca.PEM, 0o600); err != nil {
+		return nil, err
+	}
+	return ca, nil
+}
+
+// IssueServing writes an API server serving certificate and key shaped like kubeadm's (see
+// PKI) to dir/<name>.crt and dir/<name>.key; hosts are further SANs.
+func (ca *CA) IssueServing(dir, name string, hosts ...string) (certFile, keyFile string, err error) {
 	dns := append([]string(nil), KubeadmServingDNSNames...)
 	ips := []net.IP{net.ParseIP("10.96.0.1")}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			if ip.IsLoopback() {
-				return PKI{}, fmt.Errorf("lab pki: %s: kubeadm's certificates carry no loopback address; neither do the lab's", h)
+				return "", "", fmt.Errorf("lab pki: %s: kubeadm's certificates carry no loopback address; neither do the lab's", h)
 			}
 			ips = append(ips, ip)
 		} else {
 			dns = append(dns, h)
 		}
 	}
-	p := PKI{CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key")}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return p, err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "caplb-lab-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return p, fmt.Errorf("lab pki: CA: %w", err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return p, err
+		return "", "", err
+	}
+	now := time.Now()
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return "", "", err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "kube-apiserver"},
 		// kubeadm's key usages for the apiserver serving certificate.
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: ips, DNSNames: dns,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return p, fmt.Errorf("lab pki: server: %w", err)
+		return "", "", fmt.Errorf("lab pki: %s: %w", name, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return p, err
+		return "", "", err
 	}
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	for path, block := range map[string]*pem.Block{
-		p.CAFile:   {Type: "CERTIFICATE", Bytes: caDER},
-		p.CertFile: {Type: "CERTIFICATE", Bytes: der},
-		p.KeyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		certFile: {Type: "CERTIFICATE", Bytes: der},
+		keyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
 	} {
 		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			return p, err
+			return "", "", err
 		}
 	}
-	return p, nil
+	return certFile, keyFile, nil
 }

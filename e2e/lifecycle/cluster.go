@@ -1,0 +1,177 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/config/samples"
+	"github.com/caplb/caplb/e2e/harness"
+	"github.com/caplb/caplb/e2e/testinfra"
+)
+
+// The lab's quiesce settings: the sample's drain (10 s) shortened so a rollout of three
+// Machines takes seconds, not minutes; still longer than a request.
+const labDrainPeriod = 2 * time.Second
+
+// sampleObjects returns the sample's LoadBalancer and Secrets, moved into namespace.
+func sampleObjects(sample, namespace string) (*lbv1.LoadBalancer, []*corev1.Secret, error) {
+	data, err := samples.FS.ReadFile(sample)
+	if err != nil {
+		return nil, nil, err
+	}
+	var lb *lbv1.LoadBalancer
+	var secrets []*corev1.Secret
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		switch u.GetKind() {
+		case "LoadBalancer":
+			lb = &lbv1.LoadBalancer{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, lb); err != nil {
+				return nil, nil, fmt.Errorf("sample %s: LoadBalancer: %w", sample, err)
+			}
+			lb.Namespace = namespace
+		case "Secret":
+			s := &corev1.Secret{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
+				return nil, nil, err
+			}
+			s.Namespace = namespace
+			secrets = append(secrets, s)
+		}
+	}
+	if lb == nil {
+		return nil, nil, fmt.Errorf("sample %s has no LoadBalancer", sample)
+	}
+	return lb, secrets, nil
+}
+
+// CreateCluster creates the Cluster (its control plane: the Machines with the control-plane
+// label), its kubeconfig Secret pointing at the workload API server, and the sample's
+// LoadBalancer with its VIP from the lab's pool. It returns the LoadBalancer.
+func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
+	sample := "cluster_kubeadm_arp_ipam.yaml"
+	if l.opts.Backend == BGP {
+		sample = "cluster_kubeadm_bgp.yaml"
+	}
+	lb, secrets, err := sampleObjects(sample, l.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	drain := metav1.Duration{Duration: labDrainPeriod}
+	lb.Spec.Quiesce.DrainPeriod = &drain
+	if b := lb.Spec.Backend.BGP; b != nil {
+		// The lab has one router (the sample two) and takes the VIP from its pool, as the ARP
+		// sample does; the first peer keeps the sample's password.
+		lb.Spec.Endpoint = lbv1.APIEndpoint{}
+		b.AddressFrom = &lbv1.AddressFrom{PoolRef: lbv1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "vips"}}
+		b.Peers = b.Peers[:1]
+		b.Peers[0].Address = routerAddr.String()
+		b.Peers[0].ASN = routerASN
+		b.ASN = nodeASN
+	}
+	for _, s := range secrets {
+		if err := l.Mgmt.Client.Create(ctx, s); err != nil {
+			return nil, fmt.Errorf("creating Secret %s: %w", s.Name, err)
+		}
+	}
+	c := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.ClusterName},
+		Spec: clusterv1.ClusterSpec{ClusterNetwork: clusterv1.ClusterNetwork{
+			Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"192.168.0.0/16"}}}},
+	}
+	if err := l.Mgmt.Client.Create(ctx, c); err != nil {
+		return nil, fmt.Errorf("creating Cluster: %w", err)
+	}
+	if err := l.Mgmt.Client.Create(ctx, kubeconfig.GenerateSecret(c, kubeconfig.FromEnvTestConfig(l.Workload.Config, c))); err != nil {
+		return nil, fmt.Errorf("creating the workload kubeconfig Secret: %w", err)
+	}
+	if err := l.Mgmt.Client.Create(ctx, lb); err != nil {
+		return nil, fmt.Errorf("creating LoadBalancer: %w", err)
+	}
+	return lb, nil
+}
+
+// WaitEndpoint waits until the Cluster's controlPlaneEndpoint is published and returns the VIP.
+func (l *Lab) WaitEndpoint(ctx context.Context, timeout time.Duration) (netip.Addr, error) {
+	err := harness.Poll(ctx, timeout, "the Cluster's endpoint", func(ctx context.Context) (bool, string, error) {
+		c := &clusterv1.Cluster{}
+		if err := l.Mgmt.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.ClusterName}, c); err != nil {
+			return false, "", err
+		}
+		a, err := netip.ParseAddr(c.Spec.ControlPlaneEndpoint.Host)
+		if err != nil {
+			return false, fmt.Sprintf("endpoint %q", c.Spec.ControlPlaneEndpoint.Host), nil
+		}
+		l.vip = a
+		return true, "", nil
+	})
+	return l.vip, err
+}
+
+// VIP is the published endpoint address (after WaitEndpoint).
+func (l *Lab) VIP() netip.Addr { return l.vip }
+
+// CreateMachine creates a control-plane Machine and its TestMachine, as KubeadmControlPlane
+// does: the lab's provider boots it once the bootstrap Secret exists.
+func (l *Lab) CreateMachine(ctx context.Context, name string) (*clusterv1.Machine, error) {
+	tm := testinfra.NewMachine(l.Namespace, name, testinfra.MachineSpec{NodeName: name})
+	if err := l.Mgmt.Client.Create(ctx, tm); err != nil {
+		return nil, fmt.Errorf("creating TestMachine %s: %w", name, err)
+	}
+	m := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: name, Labels: map[string]string{
+			clusterv1.ClusterNameLabel: l.ClusterName, clusterv1.MachineControlPlaneLabel: ""}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: l.ClusterName,
+			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr(l.ClusterName + "-caplb-agent")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: testinfra.Group, Kind: testinfra.MachineKind, Name: name},
+		},
+	}
+	if err := l.Mgmt.Client.Create(ctx, m); err != nil {
+		return nil, fmt.Errorf("creating Machine %s: %w", name, err)
+	}
+	return m, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// LB reads the LoadBalancer.
+func (l *Lab) LB(ctx context.Context, name string) (*lbv1.LoadBalancer, error) {
+	lb := &lbv1.LoadBalancer{}
+	return lb, l.Mgmt.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: name}, lb)
+}
+
+// Machines lists the cluster's Machines.
+func (l *Lab) Machines(ctx context.Context) ([]clusterv1.Machine, error) {
+	list := &clusterv1.MachineList{}
+	if err := l.Mgmt.Client.List(ctx, list, client.InNamespace(l.Namespace)); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// Node returns the running lab machine called name, or nil.
+func (l *Lab) Node(name string) *Node { return l.infra.node(name) }
+
+// Nodes lists the running lab machines.
+func (l *Lab) Nodes() []*Node { return l.infra.running() }

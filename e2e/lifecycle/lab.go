@@ -1,0 +1,195 @@
+//go:build linux
+
+// Package lifecycle is the lifecycle lab: a control plane's whole life behind a VIP, with CAPI
+// in the loop. A management API server runs CAPI's real Cluster and Machine reconcilers and
+// caplb's manager (the real binary, a child process, under the RBAC caplb ships); a second API
+// server is the workload cluster, reached through the <cluster>-kubeconfig Secret and CAPI's
+// ClusterCache. The lab's infrastructure provider turns each control-plane Machine into a
+// machine in a network namespace: its bootstrap files come from the Secret caplb rendered,
+// resolved through the files list of the shipped KubeadmControlPlane sample and written as
+// cloud-init writes them; kubeadm's part (a cluster CA, a serving certificate shaped like
+// kubeadm's, the kubelet's kubeconfig and client certificate) is written beside them; the
+// agent runs from the rendered static-pod manifest through the lab's kubelet (e2e/lab/podrun:
+// the manifest's volumes, read-only root and capabilities, nothing more); a stand-in API
+// server serves HTTPS on 6443; and the Node is registered in the workload cluster.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/caplb/caplb/e2e/envtest"
+	"github.com/caplb/caplb/e2e/harness"
+	"github.com/caplb/caplb/e2e/lab"
+)
+
+// AgentImage is the image the lab's manager renders; the lab's kubelet runs the agent binary
+// for it (and for nothing else).
+const AgentImage = "registry.example/caplb-agent:lifecycle"
+
+// Options shapes a lifecycle lab.
+type Options struct {
+	Backend  Backend
+	Binaries Binaries
+	// Name is the network lab's name (1-12 characters; unique among labs running at once).
+	Name string
+}
+
+// Lab is a running lifecycle lab.
+type Lab struct {
+	opts     Options
+	net      *lab.Lab
+	topo     *topology
+	Mgmt     *harness.Env
+	Workload *envtest.Env
+	// WorkloadClient reads and writes the workload cluster as its admin.
+	WorkloadClient client.Client
+	capi           *harness.Running
+	manager        *managerProc
+	infra          *infra
+	ca             *lab.CA
+	stopIPAM       context.CancelFunc
+	// Namespace holds the cluster's objects; ClusterName is the sample's Cluster name.
+	Namespace, ClusterName string
+	vip                    netip.Addr
+}
+
+// Start builds the lab up to a running manager; the scenario creates the cluster's objects.
+func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	l = &Lab{opts: opts}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+			l = nil
+		}
+	}()
+	sample := "cluster_kubeadm_arp_ipam.yaml"
+	if opts.Backend == BGP {
+		sample = "cluster_kubeadm_bgp.yaml"
+	}
+	cluster, files, err := sampleFiles(sample)
+	if err != nil {
+		return l, err
+	}
+	l.ClusterName = cluster
+	if l.net, err = lab.New(opts.Name); err != nil {
+		return l, err
+	}
+	if l.topo, err = newTopology(l.net, opts.Backend); err != nil {
+		return l, err
+	}
+	if l.ca, err = lab.NewCA(l.net.Dir()); err != nil {
+		return l, err
+	}
+	if l.Mgmt, err = harness.Start(harness.Options{}); err != nil {
+		return l, err
+	}
+	if l.Workload, err = envtest.Start(envtest.Options{}); err != nil {
+		return l, fmt.Errorf("workload API server: %w", err)
+	}
+	if l.WorkloadClient, err = client.New(l.Workload.Config, client.Options{Scheme: l.Mgmt.Scheme}); err != nil {
+		return l, err
+	}
+	host, err := hostPort(l.Workload.Config)
+	if err != nil {
+		return l, err
+	}
+	if l.Namespace, err = l.Mgmt.CreateNamespace(ctx, "lifecycle"); err != nil {
+		return l, err
+	}
+	l.infra = &infra{bootstrapSecret: cluster + "-caplb-agent", nodes: map[string]*Node{}, deps: &nodeDeps{
+		lab: l.net, topo: l.topo, ca: l.ca, bins: opts.Binaries, files: files, agentImage: AgentImage,
+		workload: &workload{env: l.Workload, client: l.WorkloadClient, hostPort: host},
+		vip:      func() string { return l.vip.String() },
+	}}
+	if l.capi, err = l.Mgmt.StartCAPIWith(ctx, harness.CAPIOptions{Infrastructure: func(mgr ctrl.Manager) error {
+		l.infra.client, l.infra.apiReader = mgr.GetClient(), mgr.GetAPIReader()
+		return l.infra.setup(mgr)
+	}}); err != nil {
+		return l, err
+	}
+	if err := l.Mgmt.ApplyShippedRBAC(ctx); err != nil {
+		return l, err
+	}
+	if l.manager, err = startManager(opts.Binaries.Manager, l.net.Dir(), l.Mgmt.Config, AgentImage); err != nil {
+		return l, err
+	}
+	ipamCtx, cancel := context.WithCancel(context.Background())
+	l.stopIPAM = cancel
+	go (&ipam{client: l.Mgmt.Client, ns: l.Namespace, poolKind: "InClusterIPPool", poolName: "vips",
+		first: l.topo.poolFirst(), prefix: 24, gateway: routerAddr.String()}).run(ipamCtx)
+	return l, nil
+}
+
+// Dir is where the lab keeps its logs and machines' roots.
+func (l *Lab) Dir() string { return l.net.Dir() }
+
+// Close stops everything and removes the lab's namespaces.
+func (l *Lab) Close() error {
+	var errs []error
+	if l.stopIPAM != nil {
+		l.stopIPAM()
+	}
+	l.manager.stop()
+	if l.capi != nil {
+		errs = append(errs, l.capi.Stop())
+	}
+	if l.infra != nil {
+		errs = append(errs, l.infra.destroyAll())
+	}
+	if l.net != nil {
+		errs = append(errs, l.net.Close())
+	}
+	if l.Workload != nil {
+		errs = append(errs, l.Workload.Stop())
+	}
+	if l.Mgmt != nil {
+		errs = append(errs, l.Mgmt.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// LogTail returns the last lines of the lab's logs (manager, agents, API servers), for a
+// failure report.
+func (l *Lab) LogTail(lines int) string {
+	var out string
+	matches, _ := filepath.Glob(filepath.Join(l.net.Dir(), "*.log"))
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		out += "==> " + filepath.Base(m) + "\n" + tail(string(b), lines) + "\n"
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	count := 0
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '\n' {
+			count++
+			if count > n {
+				return s[i+1:]
+			}
+		}
+	}
+	return s
+}
+
+func hostPort(cfg *rest.Config) (string, error) {
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("workload API server address %q: %v", cfg.Host, err)
+	}
+	return u.Host, nil
+}
