@@ -1,0 +1,29 @@
+package observe
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// Print writes a Result as a short table for the terminal.
+func Print(w io.Writer, r Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{k}, a...)...) }
+	fmt.Fprintf(tw, "rollout (%s), %.1f s observed\n", orDash(r.Backend), r.DurationS)
+	row("requests", "%d (new %d, kept-alive %d, stream opens %d; %d stream lines)", r.Requests,
+		r.RequestsByKind[Fresh], r.RequestsByKind[Kept], r.RequestsByKind[Stream], r.StreamLines)
+	row("failed requests", "%d (new %d, kept-alive %d, stream %d)", r.FailedRequests,
+		r.FailedByKind[Fresh], r.FailedByKind[Kept], r.FailedByKind[Stream])
+	row("max gap", "%.1f ms", r.MaxGapMS)
+	row("replacements", "%d (p50 %.1f s, max %.1f s)", r.Replacements, r.ReplacementSecondsP50, r.ReplacementSecondsMax)
+	row("hook held max", "%.1f s", r.HookHoldSecondsMax)
+	row("dual owner max", "%s (%d holder samples)", msOrNA(r.DualOwnerMSMax), r.HolderSamples)
+	row("no owner max", "%s", msOrNA(r.HolderLessMSMax))
+	for _, k := range Kinds {
+		for _, e := range r.FirstErrors[k] {
+			row("error ("+string(k)+")", "%s", e)
+		}
+	}
+	return tw.Flush()
+}
