@@ -383,13 +383,14 @@ func (c *canvas) clientLanes(samples []Sample) {
 			c.bar(from, to, top, okColour, ` class="ok"`, "")
 			j = k
 		}
-		// Failures last, wider and taller than the lane: impossible to miss.
+		// Failures last, at least 3 px wide and taller than the lane: impossible
+		// to miss, yet not merged with the next lane's.
 		for _, i := range idx {
 			if cl := cells[i]; cl.failed > 0 {
 				x := c.x(c.t0.Add(time.Duration(i) * bin))
 				w := math.Max(c.x(c.t0.Add(time.Duration(i+1)*bin))-x, 3)
 				fmt.Fprintf(c.b, `<rect class="fail" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
-					x, top-4, w, laneHeight+8, failColour, esc(fmt.Sprintf("%d failed %s: %s", cl.failed, k, cl.err)))
+					x, top-2, w, laneHeight+4, failColour, esc(fmt.Sprintf("%d failed %s: %s", cl.failed, k, cl.err)))
 			}
 		}
 	}
