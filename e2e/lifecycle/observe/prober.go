@@ -93,6 +93,7 @@ type Prober struct {
 	stream           *http.Client
 	mu               sync.Mutex
 	samples          []Sample
+	failures         []Sample
 	ok, failed       int
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
@@ -168,6 +169,14 @@ func (p *Prober) Samples() []Sample {
 	return append([]Sample(nil), p.samples...)
 }
 
+// Failures returns a copy of the failed samples so far: cheaper than
+// Samples for asserting that a stretch of the scenario had none.
+func (p *Prober) Failures() []Sample {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Sample(nil), p.failures...)
+}
+
 // Counts returns the successful and failed requests so far (stream lines
 // not included), cheaply, for polling.
 func (p *Prober) Counts() (ok, failed int) {
@@ -189,6 +198,7 @@ func (p *Prober) record(ctx context.Context, s Sample) {
 		p.ok++
 	default:
 		p.failed++
+		p.failures = append(p.failures, s)
 	}
 }
 
