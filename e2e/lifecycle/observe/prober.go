@@ -77,6 +77,11 @@ type ProberOptions struct {
 	// StallAfter is how long the stream may go without a line before it
 	// counts as broken. Default 1 s (the stand-in writes every 50 ms).
 	StallAfter time.Duration
+	// RetryIdempotent lets net/http resend a GET whose kept-alive
+	// connection turned out dead, as client-go's GETs are. Off by default:
+	// a broken connection is then a failure, as it is for any request that
+	// cannot be resent (a POST), which is what the kept loop is there to see.
+	RetryIdempotent bool
 }
 
 // Prober requests the API through the VIP from three loops: a fresh
@@ -88,6 +93,7 @@ type Prober struct {
 	stream           *http.Client
 	mu               sync.Mutex
 	samples          []Sample
+	failures         []Sample
 	ok, failed       int
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
@@ -163,6 +169,14 @@ func (p *Prober) Samples() []Sample {
 	return append([]Sample(nil), p.samples...)
 }
 
+// Failures returns a copy of the failed samples so far: cheaper than
+// Samples for asserting that a stretch of the scenario had none.
+func (p *Prober) Failures() []Sample {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Sample(nil), p.failures...)
+}
+
 // Counts returns the successful and failed requests so far (stream lines
 // not included), cheaply, for polling.
 func (p *Prober) Counts() (ok, failed int) {
@@ -184,6 +198,7 @@ func (p *Prober) record(ctx context.Context, s Sample) {
 		p.ok++
 	default:
 		p.failed++
+		p.failures = append(p.failures, s)
 	}
 }
 
@@ -212,6 +227,12 @@ func (p *Prober) version(ctx context.Context, kind Kind, c *http.Client) Sample 
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, p.versionURL, nil)
 	if err != nil {
 		return fail(err)
+	}
+	if !p.opts.RetryIdempotent {
+		// net/http resends only requests it can replay; an (empty) body it
+		// cannot rewind makes this GET one it cannot, and it still goes out
+		// without a body.
+		req.Body = io.NopCloser(strings.NewReader(""))
 	}
 	resp, err := c.Do(req)
 	if err != nil {

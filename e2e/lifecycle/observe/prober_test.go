@@ -113,6 +113,8 @@ func TestProberAgainstStandin(t *testing.T) {
 	r := Summarize(Input{Backend: "loopback", Samples: p.Samples()})
 	t.Logf("%+v", r)
 	g.Expect(r.FailedRequests).To(BeNumerically(">=", 12))
+	g.Expect(p.Failures()).To(HaveLen(r.FailedRequests))
+	g.Expect(p.Failures()).To(HaveEach(HaveField("OK", BeFalse())))
 	g.Expect(r.AnsweredBy).To(SatisfyAll(HaveKey("n1"), HaveKey("n2")))
 	g.Expect(r.MaxGapMS).To(BeNumerically(">=", float64(restarted.Sub(killed).Milliseconds())), "the outage is the longest gap")
 	var streamErrs []string

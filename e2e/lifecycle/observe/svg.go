@@ -67,15 +67,19 @@ func RenderSVG(w io.Writer, in Input) error {
 	var rowEnds []float64
 	stepRow := make([]int, len(steps))
 	for i, e := range steps {
-		sx := c.x(e.At)
+		w := float64(len(e.Text))*charWidth + 8
+		x0 := c.x(e.At)
+		if x0+3+w-8 > svgWidth {
+			x0 -= w // drawn leftwards of its line
+		}
 		row := 0
-		for row < len(rowEnds) && rowEnds[row] > sx {
+		for row < len(rowEnds) && rowEnds[row] > x0 {
 			row++
 		}
 		if row == len(rowEnds) {
 			rowEnds = append(rowEnds, 0)
 		}
-		rowEnds[row] = sx + 4 + float64(len(e.Text))*charWidth + 8
+		rowEnds[row] = x0 + w + 4
 		stepRow[i] = row
 	}
 	top := 62.0
@@ -106,7 +110,11 @@ func RenderSVG(w io.Writer, in Input) error {
 		ly := top + float64(stepRow[i])*14 + 10
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333" stroke-width="1" stroke-dasharray="3,3"/>`+"\n",
 			sx, ly+2, sx, lanesBottom)
-		c.text(sx+3, ly, e.Text, `font-size="11" class="step"`)
+		if sx+3+float64(len(e.Text))*charWidth > svgWidth {
+			c.text(sx-3, ly, e.Text, `font-size="11" class="step" text-anchor="end"`) // near the right edge
+		} else {
+			c.text(sx+3, ly, e.Text, `font-size="11" class="step"`)
+		}
 	}
 
 	// Time axis.
@@ -383,13 +391,14 @@ func (c *canvas) clientLanes(samples []Sample) {
 			c.bar(from, to, top, okColour, ` class="ok"`, "")
 			j = k
 		}
-		// Failures last, wider and taller than the lane: impossible to miss.
+		// Failures last, at least 3 px wide and taller than the lane: impossible
+		// to miss, yet not merged with the next lane's.
 		for _, i := range idx {
 			if cl := cells[i]; cl.failed > 0 {
 				x := c.x(c.t0.Add(time.Duration(i) * bin))
 				w := math.Max(c.x(c.t0.Add(time.Duration(i+1)*bin))-x, 3)
 				fmt.Fprintf(c.b, `<rect class="fail" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
-					x, top-4, w, laneHeight+8, failColour, esc(fmt.Sprintf("%d failed %s: %s", cl.failed, k, cl.err)))
+					x, top-2, w, laneHeight+4, failColour, esc(fmt.Sprintf("%d failed %s: %s", cl.failed, k, cl.err)))
 			}
 		}
 	}

@@ -41,6 +41,7 @@ func rollout(failures bool) Input {
 		{At: at(7000), Type: EventPhase, Machine: "cp-1", Phase: "Deleted"},
 		{At: at(7000), Type: EventReplacementEnd, Round: 1},
 		{At: at(7000), Type: EventStep, Text: "disable <cp-2> & check"},
+		{At: at(10000), Type: EventStep, Text: "settled"},
 	}
 	samples := cat(every(Fresh, 0, 10000, 10, true), every(Kept, 5, 10000, 10, true), lines(0, 10000, 50))
 	if failures {
@@ -130,7 +131,10 @@ func TestRenderSVG(t *testing.T) {
 	g.Expect(count(es, func(e element) bool { return e.attrs["class"] == "dual" })).To(Equal(1), "the overlap")
 	g.Expect(count(es, func(e element) bool { return e.attrs["class"] == "hook" })).To(Equal(1), "the hook's hold")
 	g.Expect(count(es, func(e element) bool { return e.attrs["class"] == "phase" })).To(Equal(4), "cp-1 Running, Deleting; cp-2 Provisioning, Running; not Deleted")
-	g.Expect(count(es, func(e element) bool { return e.attrs["class"] == "step" })).To(Equal(3))
+	g.Expect(count(es, func(e element) bool { return e.attrs["class"] == "step" })).To(Equal(4))
+	g.Expect(count(es, func(e element) bool {
+		return e.attrs["class"] == "step" && e.text == "settled" && e.attrs["text-anchor"] == "end"
+	})).To(Equal(1), "a label at the right edge is drawn leftwards, not clipped")
 
 	b.Reset()
 	g.Expect(RenderSVG(&b, rollout(false))).To(Succeed())

@@ -1,0 +1,146 @@
+//go:build linux
+
+package observe
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netlink"
+
+	"github.com/caplb/caplb/e2e/lab"
+)
+
+// TestObserveHandoverInNamespaces runs the observers as the lifecycle lab
+// does (root): the Prober dials from a client namespace to a VIP that moves
+// by hand from n1 to n2 (make-before-break: n2 adds it and announces it, then
+// n1 drops it), and the Recorder samples the nodes' kernels. It checks that
+// what they saw matches what was done; failures of the kept-alive loop are
+// expected here (nothing hands the established connections over).
+func TestObserveHandoverInNamespaces(t *testing.T) {
+	g := NewWithT(t)
+	l := lab.NewT(t, "obsv")
+	const vip = "10.47.0.100"
+	sw, err := l.AddNamespace("sw")
+	g.Expect(err).NotTo(HaveOccurred())
+	client, err := l.AddNamespace("client")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.AddLink(client, "eth0", sw, "pc")).To(Succeed())
+	g.Expect(client.AddAddr("eth0", netip.MustParsePrefix("10.47.0.2/24"))).To(Succeed())
+	ports := []string{"pc"}
+
+	dir := l.Dir()
+	bin := filepath.Join(dir, "standin")
+	g.Expect(lab.BuildBinary("./e2e/lab/standin", bin)).To(Succeed())
+	pki, err := lab.WriteTestPKI(dir, vip)
+	g.Expect(err).NotTo(HaveOccurred())
+	ca, err := os.ReadFile(pki.CAFile)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	nodes := map[string]*lab.Netns{}
+	handles := map[string]*netlink.Handle{}
+	for i, name := range []string{"n1", "n2"} {
+		ns, err := l.AddNamespace(name)
+		g.Expect(err).NotTo(HaveOccurred())
+		port := "p" + name
+		g.Expect(l.AddLink(ns, "eth0", sw, port)).To(Succeed())
+		ports = append(ports, port)
+		g.Expect(ns.AddAddr("eth0", netip.MustParsePrefix("10.47.0."+strconv.Itoa(11+i)+"/24"))).To(Succeed())
+		_, err = ns.Start(name+"-standin", []string{bin, "-name", name, "-api-listen", ":6443",
+			"-cert", pki.CertFile, "-key", pki.KeyFile}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		h, err := ns.Netlink()
+		g.Expect(err).NotTo(HaveOccurred())
+		nodes[name], handles[name] = ns, h
+	}
+	g.Expect(l.AddBridge(sw, "br0", ports...)).To(Succeed())
+	want := netip.MustParseAddr(vip)
+	holders := func() ([]string, error) {
+		var out []string
+		for _, name := range []string{"n1", "n2"} {
+			addrs, err := handles[name].AddrList(nil, netlink.FAMILY_V4)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			for _, a := range addrs {
+				if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == want {
+					out = append(out, name)
+				}
+			}
+		}
+		return out, nil
+	}
+	take := func(name string) {
+		ns := nodes[name]
+		_, err := ns.Run(context.Background(), "ip", "addr", "add", vip+"/32", "dev", "eth0")
+		g.Expect(err).NotTo(HaveOccurred())
+		// A gratuitous ARP moves the client's neighbour entry. arping exits 1
+		// when nothing answers, which nothing does to an unsolicited ARP.
+		_, _ = ns.Run(context.Background(), "arping", "-q", "-U", "-c", "1", "-i", "eth0", "-S", vip, vip)
+	}
+	drop := func(name string) {
+		_, err := nodes[name].Run(context.Background(), "ip", "addr", "del", vip+"/32", "dev", "eth0")
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+
+	rec := NewRecorder()
+	rec.SampleHolders(t.Context(), 10*time.Millisecond, holders)
+	defer rec.Stop()
+	p, err := NewProber(ProberOptions{URL: "https://" + vip + ":6443", CAPEM: ca, Dial: client.DialContext})
+	g.Expect(err).NotTo(HaveOccurred())
+	p.Start(t.Context())
+	defer p.Stop()
+
+	answers := func(node string, since time.Time) func() int {
+		return func() int {
+			n := 0
+			for _, s := range p.Samples() {
+				if s.OK && s.Node == node && s.Kind == Fresh && !s.At.Before(since) {
+					n++
+				}
+			}
+			return n
+		}
+	}
+	rec.Step("VIP to n1")
+	take("n1")
+	g.Eventually(answers("n1", time.Time{})).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 50))
+	from := time.Now()
+
+	rec.Step("hand over to n2")
+	rec.ReplacementStart(1)
+	moved := time.Now()
+	take("n2")
+	g.Eventually(answers("n2", moved)).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 1))
+	drop("n1")
+	rec.ReplacementEnd(1)
+	g.Eventually(answers("n2", time.Now())).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 50))
+	p.Stop()
+	rec.Stop()
+
+	in := Input{Backend: "arp-by-hand", Samples: p.Samples(), Timeline: rec.Timeline(), From: from}
+	r := Summarize(in)
+	g.Expect(Print(os.Stderr, r)).To(Succeed())
+	g.Expect(r.AnsweredBy).To(SatisfyAll(HaveKey("n1"), HaveKey("n2")))
+	g.Expect(r.HolderSamples).To(BeNumerically(">", 10))
+	g.Expect(r.DualOwnerMSMax).NotTo(BeNil())
+	g.Expect(*r.DualOwnerMSMax).To(BeNumerically(">", 0), "n2 took the VIP before n1 let go")
+	g.Expect(*r.HolderLessMSMax).To(BeZero(), "make-before-break: never without a holder")
+	g.Expect(r.Replacements).To(Equal(1))
+	// Nothing carried the established connections over: the kept-alive
+	// connection and the stream to n1 broke, and the Prober says so.
+	g.Expect(r.FailedByKind).To(SatisfyAll(HaveKeyWithValue(Kept, BeNumerically(">=", 1)), HaveKeyWithValue(Stream, BeNumerically(">=", 1))))
+	if d := os.Getenv("OBSERVE_SVG_DIR"); d != "" {
+		f, err := os.Create(filepath.Join(d, "handover.svg"))
+		g.Expect(err).NotTo(HaveOccurred())
+		defer f.Close()
+		g.Expect(RenderSVG(f, in)).To(Succeed())
+	}
+}
