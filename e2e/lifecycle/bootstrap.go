@@ -42,6 +42,10 @@ func sampleFiles(sample string) (cluster string, files []bootFile, err error) {
 		switch u.GetKind() {
 		case "Cluster":
 			cluster = u.GetName()
+		case "LoadBalancer":
+			if cluster == "" {
+				cluster, _, _ = unstructured.NestedString(u.Object, "spec", "clusterName")
+			}
 		case "KubeadmControlPlane":
 			list, _, _ := unstructured.NestedSlice(u.Object, "spec", "kubeadmConfigSpec", "files")
 			for i, item := range list {
@@ -54,7 +58,7 @@ func sampleFiles(sample string) (cluster string, files []bootFile, err error) {
 		}
 	}
 	if cluster == "" || len(files) == 0 {
-		return "", nil, fmt.Errorf("sample %s: no Cluster or no KubeadmControlPlane files", sample)
+		return "", nil, fmt.Errorf("sample %s: names no cluster, or has no KubeadmControlPlane files", sample)
 	}
 	return cluster, files, nil
 }

@@ -97,4 +97,6 @@ func (l *Lab) DialClient(ctx context.Context, network, addr string) (net.Conn, e
 func (l *Lab) CAPEM() []byte { return l.ca.PEM }
 
 // APIURL is the endpoint's URL.
-func (l *Lab) APIURL() string { return fmt.Sprintf("https://%s", net.JoinHostPort(l.vip.String(), "6443")) }
+func (l *Lab) APIURL() string {
+	return fmt.Sprintf("https://%s", net.JoinHostPort(l.vip.String(), "6443"))
+}

@@ -5,6 +5,7 @@ package lifecycle_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,29 +13,33 @@ import (
 
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lifecycle"
+	"github.com/caplb/caplb/e2e/lifecycle/observe"
 )
 
 var bins lifecycle.Binaries
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		var err error
-		dir, err := os.MkdirTemp("", "caplb-lifecycle-bin-")
-		if err == nil {
-			bins, err = lifecycle.BuildBinaries(dir)
+	code := func() int {
+		if os.Geteuid() == 0 {
+			dir, err := os.MkdirTemp("", "caplb-lifecycle-bin-")
+			if err != nil {
+				panic(err)
+			}
 			defer os.RemoveAll(dir)
+			if bins, err = lifecycle.BuildBinaries(dir); err != nil {
+				panic(err)
+			}
 		}
-		if err != nil {
-			panic(err)
-		}
-	}
-	os.Exit(m.Run())
+		return m.Run()
+	}()
+	os.Exit(code)
 }
 
-type tRecorder struct{ t *testing.T }
-
-func (r tRecorder) Step(s string) { r.t.Logf("%s ==> %s", time.Now().Format("15:04:05.000"), s) }
-
+// runLifecycle runs the whole life behind the backend's VIP and checks what the issue promises:
+// the client never fails (new and kept-alive connections; the watch-like stream always
+// reopens), the VIP always has a holder and two only within a hand-over's drain, every
+// pre-drain hook released only after the data plane confirmed the member left (the scenario
+// checks that at the moment it sees the release), and nothing left behind.
 func runLifecycle(t *testing.T, backend lifecycle.Backend, name string) {
 	lab.SkipUnlessRoot(t)
 	g := NewWithT(t)
@@ -50,10 +55,42 @@ func runLifecycle(t *testing.T, backend lifecycle.Backend, name string) {
 			t.Errorf("closing the lab: %v", err)
 		}
 	}()
-	s := &lifecycle.Scenario{Lab: l, Recorder: tRecorder{t}}
-	rep, err := s.Run(ctx)
+	obs, err := lifecycle.RunObserved(ctx, l, func(s string) { t.Logf("==> %s", s) })
+	if dir := os.Getenv("CAPLB_LIFECYCLE_SVG_DIR"); dir != "" {
+		if f, ferr := os.Create(filepath.Join(dir, "lifecycle-"+string(backend)+".svg")); ferr == nil {
+			_ = observe.RenderSVG(f, obs.Input)
+			f.Close()
+		}
+	}
+	var b []byte
+	_ = observe.Print(writerFunc(func(p []byte) (int, error) { b = append(b, p...); return len(p), nil }), obs.Result)
+	t.Logf("figures:\n%s", b)
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Logf("replacements %v, hook holds %v", rep.Replacements, rep.HookHolds)
+	r := obs.Result
+	g.Expect(r.Replacements).To(Equal(3))
+	g.Expect(r.Requests).To(BeNumerically(">", 1000), "the client ran throughout")
+	var failed []observe.Sample
+	for _, f := range obs.Failures {
+		if !f.Interrupted {
+			failed = append(failed, f)
+		}
+	}
+	g.Expect(failed).To(BeEmpty(), "no client request failed")
+	g.Expect(r.FailedRequests).To(BeZero())
+	g.Expect(r.HooksUnreleased).To(BeZero())
+	if backend == lifecycle.ARP {
+		g.Expect(*r.HolderLessMSMax).To(BeZero(), "the VIP always had a holder")
+		g.Expect(*r.DualOwnerMSMax).To(BeNumerically("<", 4000), "two holders only within a hand-over's drain")
+	}
 }
 
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
 func TestLifecycleARP(t *testing.T) { runLifecycle(t, lifecycle.ARP, "lcarp") }
+
+func TestLifecycleBGP(t *testing.T) {
+	lab.SkipUnlessFRR(t)
+	runLifecycle(t, lifecycle.BGP, "lcbgp")
+}

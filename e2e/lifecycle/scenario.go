@@ -19,9 +19,12 @@ import (
 	"github.com/caplb/caplb/e2e/harness"
 )
 
-// Recorder receives the scenario's steps (for the timeline).
+// Recorder receives the scenario's steps and rollout rounds (for the timeline and figures);
+// observe.Recorder is one.
 type Recorder interface {
 	Step(text string)
+	ReplacementStart(round int)
+	ReplacementEnd(round int)
 }
 
 // Report is what the scenario measured and checked.
@@ -113,6 +116,9 @@ func (s *Scenario) Run(ctx context.Context) (Report, error) {
 
 	for round := 1; round <= s.Rounds; round++ {
 		start := time.Now()
+		if s.Recorder != nil {
+			s.Recorder.ReplacementStart(round)
+		}
 		s.step("rollout %d/%d: create a new Machine", round, s.Rounds)
 		if _, err := s.addMachine(ctx); err != nil {
 			return rep, err
@@ -125,6 +131,9 @@ func (s *Scenario) Run(ctx context.Context) (Report, error) {
 		}
 		rep.HookHolds = append(rep.HookHolds, hold)
 		rep.Replacements = append(rep.Replacements, time.Since(start))
+		if s.Recorder != nil {
+			s.Recorder.ReplacementEnd(round)
+		}
 		s.step("rollout %d/%d: %s gone after %.1fs (hook held %.1fs)", round, s.Rounds, oldest, time.Since(start).Seconds(), hold.Seconds())
 	}
 

@@ -135,3 +135,13 @@ func InterfaceFor(vip netip.Addr) (string, error) {
 	}
 	return "", fmt.Errorf("no route to %s", vip)
 }
+
+// resetConnections resets the connections still open to v before v goes (see the function of
+// the same name); a failure is logged, never fatal: the address must go regardless.
+func (a *Announcer) resetConnections(v netip.Addr) int {
+	n, err := resetConnections(v)
+	if err != nil {
+		a.log.Info("could not reset every connection to the VIP; their clients wait for a timeout", "vip", v.String(), "error", err.Error())
+	}
+	return n
+}

@@ -154,10 +154,11 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 			cancel()
 			delete(a.held, v)
 			delete(a.dups, v)
+			reset := a.resetConnections(v)
 			if err := a.delAddr(v); err != nil {
 				errs = append(errs, err)
 			}
-			a.log.Info("VIP released", "vip", v.String(), "interface", a.cfg.Interface)
+			a.log.Info("VIP released", "vip", v.String(), "interface", a.cfg.Interface, "connectionsReset", reset)
 		}
 	}
 	for v := range want {
@@ -221,10 +222,11 @@ func (a *Announcer) Close(context.Context) error {
 	var errs []error
 	for v, cancel := range a.held {
 		cancel()
+		reset := a.resetConnections(v)
 		if err := a.delAddr(v); err != nil {
 			errs = append(errs, err)
 		}
-		a.log.Info("VIP released", "vip", v.String(), "interface", a.cfg.Interface, "reason", "data plane closed")
+		a.log.Info("VIP released", "vip", v.String(), "interface", a.cfg.Interface, "reason", "data plane closed", "connectionsReset", reset)
 	}
 	a.held = map[netip.Addr]context.CancelFunc{}
 	a.handover.stop("data plane closed")

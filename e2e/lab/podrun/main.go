@@ -131,7 +131,10 @@ func run(root, rootfs, manifest, hostname string, imgs images) error {
 		env = append(env, e.Name+"="+e.Value)
 	}
 	argv := append(append([]string{}, c.Command...), c.Args...)
-	return unix.Exec(entry, argv, env)
+	if err := unix.Exec(entry, argv, env); err != nil {
+		return fmt.Errorf("exec %s (image %s): %w", entry, c.Image, err)
+	}
+	return nil
 }
 
 func readPod(path string) (*corev1.Pod, error) {

@@ -135,8 +135,10 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	g.Expect(*r.HolderLessMSMax).To(BeZero(), "make-before-break: never without a holder")
 	g.Expect(r.Replacements).To(Equal(1))
 	// Nothing carried the established connections over: the kept-alive
-	// connection and the stream to n1 broke, and the Prober says so.
-	g.Expect(r.FailedByKind).To(SatisfyAll(HaveKeyWithValue(Kept, BeNumerically(">=", 1)), HaveKeyWithValue(Stream, BeNumerically(">=", 1))))
+	// connection broke (n2 resets what it does not know) and the stream to n1
+	// was reset or stalled, and the Prober says so.
+	g.Expect(r.FailedByKind).To(HaveKeyWithValue(Kept, BeNumerically(">=", 1)))
+	g.Expect(r.FailedByKind[Stream]+r.StreamInterruptions).To(BeNumerically(">=", 1))
 	if d := os.Getenv("OBSERVE_SVG_DIR"); d != "" {
 		f, err := os.Create(filepath.Join(d, "handover.svg"))
 		g.Expect(err).NotTo(HaveOccurred())

@@ -11,8 +11,8 @@ func Print(w io.Writer, r Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{k}, a...)...) }
 	fmt.Fprintf(tw, "rollout (%s), %.1f s observed\n", orDash(r.Backend), r.DurationS)
-	row("requests", "%d (new %d, kept-alive %d, stream opens %d; %d stream lines)", r.Requests,
-		r.RequestsByKind[Fresh], r.RequestsByKind[Kept], r.RequestsByKind[Stream], r.StreamLines)
+	row("requests", "%d (new %d, kept-alive %d, stream opens %d; %d stream lines, %d stream resets reopened, %d GETs retried after a reset)", r.Requests,
+		r.RequestsByKind[Fresh], r.RequestsByKind[Kept], r.RequestsByKind[Stream], r.StreamLines, r.StreamInterruptions, r.RetriedRequests)
 	row("failed requests", "%d (new %d, kept-alive %d, stream %d)", r.FailedRequests,
 		r.FailedByKind[Fresh], r.FailedByKind[Kept], r.FailedByKind[Stream])
 	row("max gap", "%.1f ms", r.MaxGapMS)

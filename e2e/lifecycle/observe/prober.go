@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -56,6 +57,13 @@ type Sample struct {
 	Event bool `json:"event,omitempty"`
 	// Reused: the request rode a connection an earlier request opened.
 	Reused bool `json:"reused,omitempty"`
+	// Interrupted marks a stream the server's side reset (a node that gave up the VIP resets
+	// the connections it still had): the client saw it at once and reopened, as client-go
+	// reopens a watch. Counted apart from failed requests; a stream that stalls is a failure.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Retried: the GET's connection was reset and the client sent it again, as client-go does
+	// (only with ProberOptions.RetryIdempotent).
+	Retried bool `json:"retried,omitempty"`
 }
 
 // ProberOptions configure a Prober.
@@ -235,6 +243,13 @@ func (p *Prober) version(ctx context.Context, kind Kind, c *http.Client) Sample 
 		req.Body = io.NopCloser(strings.NewReader(""))
 	}
 	resp, err := c.Do(req)
+	if err != nil && p.opts.RetryIdempotent && errors.Is(err, syscall.ECONNRESET) && ctx.Err() == nil {
+		// client-go retries a GET whose connection was reset (rest.Request, IsConnectionReset);
+		// so does this client, once, and says so.
+		s.Retried = true
+		req, _ = http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, p.versionURL, nil)
+		resp, err = c.Do(req)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -336,6 +351,11 @@ func (p *Prober) openStream(ctx context.Context) {
 		if err != nil {
 			if errors.Is(err, io.EOF) && line == "" {
 				return // ended cleanly by the server
+			}
+			if errors.Is(err, syscall.ECONNRESET) && ctx.Err() == nil {
+				p.record(ctx, Sample{At: now, Kind: Stream, Node: s.Node, Interrupted: true,
+					Err: fmt.Sprintf("stream reset after %v: %v", now.Sub(s.At).Round(time.Millisecond), err)})
+				return
 			}
 			fail(last, fmt.Errorf("stream broke after %v: %w", now.Sub(s.At).Round(time.Millisecond), err))
 			return

@@ -43,15 +43,19 @@ type Result struct {
 	DurationS       float64  `json:"duration_s"`
 	HolderSamples   int      `json:"holder_samples"`
 	// StreamLines counts lines delivered on the stream (not requests).
-	StreamLines        int                `json:"stream_lines"`
-	RequestsByKind     map[Kind]int       `json:"requests_by_kind"`
-	FailedByKind       map[Kind]int       `json:"failed_by_kind"`
-	MaxGapMSByKind     map[Kind]float64   `json:"max_gap_ms_by_kind"`
-	FirstErrors        map[Kind][]string  `json:"first_errors,omitempty"`
-	AnsweredBy         map[string]int     `json:"answered_by"`
-	Unfinished         int                `json:"replacements_unfinished,omitempty"`
-	HooksUnreleased    int                `json:"hooks_unreleased,omitempty"`
-	ReplacementSeconds map[string]float64 `json:"replacement_seconds,omitempty"`
+	StreamLines int `json:"stream_lines"`
+	// RetriedRequests counts GETs sent again after a connection reset (client-go's retry).
+	RetriedRequests int `json:"retried_requests"`
+	// StreamInterruptions counts streams reset by the server's side and reopened.
+	StreamInterruptions int                `json:"stream_interruptions"`
+	RequestsByKind      map[Kind]int       `json:"requests_by_kind"`
+	FailedByKind        map[Kind]int       `json:"failed_by_kind"`
+	MaxGapMSByKind      map[Kind]float64   `json:"max_gap_ms_by_kind"`
+	FirstErrors         map[Kind][]string  `json:"first_errors,omitempty"`
+	AnsweredBy          map[string]int     `json:"answered_by"`
+	Unfinished          int                `json:"replacements_unfinished,omitempty"`
+	HooksUnreleased     int                `json:"hooks_unreleased,omitempty"`
+	ReplacementSeconds  map[string]float64 `json:"replacement_seconds,omitempty"`
 }
 
 // firstErrors is how many error strings per kind a Result keeps.
@@ -73,6 +77,13 @@ func Summarize(in Input) Result {
 	for _, s := range in.Samples {
 		if s.At.Before(from) || s.At.After(to) {
 			continue
+		}
+		if s.Interrupted {
+			r.StreamInterruptions++
+			continue
+		}
+		if s.Retried {
+			r.RetriedRequests++
 		}
 		if s.OK {
 			all = append(all, s.At)

@@ -1,0 +1,146 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/e2e/lifecycle/observe"
+)
+
+// Observed is a scenario run with its client's and sampler's record.
+type Observed struct {
+	Report   Report
+	Input    observe.Input
+	Result   observe.Result
+	Failures []observe.Sample
+}
+
+// stepLogger is observe.Recorder that also prints steps as they happen.
+type stepLogger struct {
+	*observe.Recorder
+	log func(string)
+}
+
+func (s stepLogger) Step(text string) {
+	s.Recorder.Step(text)
+	if s.log != nil {
+		s.log(text)
+	}
+}
+
+// RunObserved runs the scenario with a real client on the VIP (from the first Machine on) and
+// the VIP's holders sampled every 10 ms; log (optional) gets each step.
+//
+// The client's GETs are retried by net/http when a kept-alive connection turns out to be dead
+// before any answer, as every client-go GET is; a request that gets no answer, or an error
+// after an answer started, is a failure.
+func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error) {
+	var out Observed
+	rec := observe.NewRecorder()
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go l.watchMachines(sctx, rec)
+	var prober *observe.Prober
+	s := &Scenario{Lab: l, Recorder: stepLogger{rec, log}, AfterBootstrap: func() error {
+		var err error
+		prober, err = observe.NewProber(observe.ProberOptions{URL: l.APIURL(), CAPEM: l.CAPEM(),
+			Dial: l.DialClient, RetryIdempotent: true})
+		if err != nil {
+			return err
+		}
+		prober.Start(sctx)
+		go rec.SampleHolders(sctx, 10*time.Millisecond, l.Holders)
+		return nil
+	}}
+	rep, err := s.Run(ctx)
+	out.Report = rep
+	if prober != nil {
+		prober.Stop()
+		out.Failures = prober.Failures()
+		out.Input.Samples = prober.Samples()
+	}
+	stop()
+	rec.Stop()
+	out.Input.Backend = string(l.opts.Backend)
+	out.Input.Timeline = rec.Timeline()
+	out.Result = observe.Summarize(out.Input)
+	if l.opts.Backend == BGP {
+		// Several next hops are BGP's normal state (ECMP), not two owners.
+		out.Result.DualOwnerMSMax = nil
+	}
+	if err != nil {
+		return out, err
+	}
+	if prober == nil {
+		return out, fmt.Errorf("the scenario never reached the client's start")
+	}
+	return out, nil
+}
+
+// watchMachines records the Machines' phases and caplb's pre-drain hook on deleting Machines.
+func (l *Lab) watchMachines(ctx context.Context, rec *observe.Recorder) {
+	hook := ""
+	seen := map[string]bool{}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if ms, err := l.Machines(ctx); err == nil {
+			now := map[string]bool{}
+			for _, m := range ms {
+				now[m.Name] = true
+				seen[m.Name] = true
+				rec.Phase(m.Name, phaseOf(&m))
+				if hook == "" {
+					hook = hookOf(&m)
+				}
+				if m.DeletionTimestamp != nil && hook != "" {
+					if _, held := m.Annotations[hook]; held {
+						rec.HookHeld(m.Name)
+					} else {
+						rec.HookReleased(m.Name)
+					}
+				}
+			}
+			for name := range seen {
+				if !now[name] {
+					rec.Phase(name, "Gone")
+					rec.HookReleased(name)
+					delete(seen, name)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func phaseOf(m *clusterv1.Machine) string {
+	if m.DeletionTimestamp != nil {
+		return "Deleting"
+	}
+	if m.Status.Phase != "" {
+		return m.Status.Phase
+	}
+	return "Pending"
+}
+
+// hookOf finds caplb's pre-drain hook key on a Machine.
+func hookOf(m *clusterv1.Machine) string {
+	prefix := lbv1.PreDrainHookAnnotation("")
+	for k := range m.Annotations {
+		if strings.HasPrefix(k, prefix) {
+			return k
+		}
+	}
+	return ""
+}
