@@ -6,7 +6,7 @@ TEST_DEPS += testbin
 
 .PHONY: demo bench-controller
 
-demo: testbin ## Run caplb against CAPI's real reconcilers on a test control plane and print a timeline.
+demo: testbin nftables ## As root: a control plane's whole life behind an ARP VIP with a real client (else the static demo); prints a timeline.
 	$(GO) run ./e2e/demo
 
 # N LoadBalancers x 3 Machines; the brief's goal is stated for N=1000.
@@ -16,3 +16,8 @@ bench-controller: testbin build ## Benchmark the manager binary: N LoadBalancers
 	@mkdir -p $(OUT)
 	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-controller.json} \
 	  $(GO) run ./e2e/bench/controller -n $(N) -changes $(BENCH_CHANGES) -binary $(OUT)/bin/caplb
+
+.PHONY: bench-rollout
+bench-rollout: testbin frr ## Benchmark a control plane's whole life behind an ARP and a BGP VIP (root): JSON to $BENCH_OUT, SVG timelines beside it.
+	@mkdir -p $(OUT)
+	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-rollout.json} $(GO) run ./e2e/bench/rollout

@@ -45,7 +45,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tl := newTimeline(os.Stdout)
-	if err := run(ctx, tl); err != nil {
+	demo := run
+	if ok, why := vipDemoAvailable(); ok && os.Getenv("CAPLB_DEMO") != "static" {
+		demo = runVIP
+	} else {
+		tl.step("running the static-backend demo (%s; CAPLB_DEMO=static chooses it as root too)", orDefault(why, "CAPLB_DEMO=static"))
+	}
+	if err := demo(ctx, tl); err != nil {
 		tl.fail("demo failed: %v", err)
 		stop()
 		os.Exit(1)
@@ -344,4 +350,11 @@ func (d *demo) machine(ctx context.Context, i int) (*clusterv1.Machine, error) {
 		return nil, fmt.Errorf("Machine demo-cp-%d not found", i)
 	}
 	return m, err
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
 }

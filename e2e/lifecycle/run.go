@@ -81,7 +81,7 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	if prober == nil {
 		return out, fmt.Errorf("the scenario never reached the client's start")
 	}
-	return out, nil
+	return out, s.Teardown(ctx)
 }
 
 // watchMachines records the Machines' phases and caplb's pre-drain hook on deleting Machines.

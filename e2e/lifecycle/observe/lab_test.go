@@ -138,7 +138,7 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	// connection broke (n2 resets what it does not know) and the stream to n1
 	// was reset or stalled, and the Prober says so.
 	g.Expect(r.FailedByKind).To(HaveKeyWithValue(Kept, BeNumerically(">=", 1)))
-	g.Expect(r.FailedByKind[Stream]+r.StreamInterruptions).To(BeNumerically(">=", 1))
+	g.Expect(r.FailedByKind[Stream] + r.StreamInterruptions).To(BeNumerically(">=", 1))
 	if d := os.Getenv("OBSERVE_SVG_DIR"); d != "" {
 		f, err := os.Create(filepath.Join(d, "handover.svg"))
 		g.Expect(err).NotTo(HaveOccurred())

@@ -1,0 +1,64 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/caplb/caplb/e2e/lifecycle"
+	"github.com/caplb/caplb/e2e/lifecycle/observe"
+)
+
+// vipDemoAvailable says whether this machine can run the VIP lifecycle (root: network
+// namespaces), and why not.
+func vipDemoAvailable() (bool, string) {
+	if os.Geteuid() != 0 {
+		return false, "not root: the VIP lifecycle needs network namespaces"
+	}
+	return true, ""
+}
+
+// runVIP is the demo as root: a control plane's whole life behind an ARP VIP (e2e/lifecycle),
+// with a client counting its requests on the VIP throughout.
+func runVIP(ctx context.Context, tl *timeline) (err error) {
+	tl.step("building caplb, its agent, the lab's kubelet and stand-in API server")
+	dir, err := os.MkdirTemp("", "caplb-demo-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bins, err := lifecycle.BuildBinaries(dir)
+	if err != nil {
+		return err
+	}
+	tl.step("starting a management and a workload API server, CAPI's reconcilers, the caplb manager and a lab network")
+	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: lifecycle.ARP, Binaries: bins, Name: "demo"})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, l.Close()) }()
+	obs, runErr := lifecycle.RunObserved(ctx, l, func(s string) { tl.step("%s", s) })
+	if err := os.MkdirAll("_out", 0o755); err == nil {
+		svg := filepath.Join("_out", "demo-rollout.svg")
+		if f, err := os.Create(svg); err == nil {
+			_ = observe.RenderSVG(f, obs.Input)
+			f.Close()
+			tl.seen("timeline drawn in %s", svg)
+		}
+	}
+	_ = observe.Print(os.Stdout, obs.Result)
+	if runErr != nil {
+		return runErr
+	}
+	r := obs.Result
+	if r.FailedRequests != 0 {
+		return fmt.Errorf("the client saw %d failed requests", r.FailedRequests)
+	}
+	tl.ok("%d replacements behind the VIP; the client sent %d requests, %d failed (longest gap %.0f ms)",
+		r.Replacements, r.Requests, r.FailedRequests, r.MaxGapMS)
+	return nil
+}
