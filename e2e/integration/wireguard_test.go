@@ -36,6 +36,7 @@ func TestWireGuard(t *testing.T) {
 		}{
 			{"Admission", testWireGuardAdmission},
 			{"EndpointSecretsQuiesce", testWireGuardFlow},
+			{"RealGatewayAndMember", testWireGuardRealGateway},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()

@@ -20,7 +20,7 @@ const (
 	// MemberConfigKey holds the member's configuration (caplb-agent wireguard --config).
 	MemberConfigKey = "wireguard.yaml"
 	// TokenKey holds the cluster's join token, in the bootstrap, gateway and token Secrets.
-	TokenKey = "join-token"
+	TokenKey = wg.SecretTokenKey
 	// MemberConfigPath and MemberTokenPath are the files on the node (mode 0600).
 	MemberConfigPath = vip.ConfigDir + "/" + MemberConfigKey
 	MemberTokenPath  = vip.ConfigDir + "/" + TokenKey
@@ -32,13 +32,13 @@ const (
 const (
 	// CAKey holds the Cluster's CA certificate (public), copied from <clusterName>-ca, which the
 	// gateways verify the members' /readyz with. Absent until the Cluster has a CA.
-	CAKey = "ca.crt"
+	CAKey = wg.SecretCAKey
 	// QuiescedKey holds the nodes every gateway must keep out of rotation (JSON list).
-	QuiescedKey = "quiesced.json"
+	QuiescedKey = wg.SecretQuiescedKey
 )
 
 // GatewayConfigKey is the key of one gateway's configuration in the gateways' Secret.
-func GatewayConfigKey(gateway string) string { return "gateway-" + gateway + ".yaml" }
+func GatewayConfigKey(gateway string) string { return wg.SecretGatewayKey(gateway) }
 
 // GatewayDir is where a gateway host keeps one cluster's files: the join token and CA from the
 // Secret, its own key and state file. One directory per cluster, so that several clusters'
