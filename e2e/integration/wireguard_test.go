@@ -2,12 +2,14 @@ package integration
 
 import (
 	"encoding/json"
+	"io/fs"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -16,6 +18,7 @@ import (
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/config/samples"
 	"github.com/caplb/caplb/e2e/harness"
 	wg "github.com/caplb/caplb/modes/wireguard"
 	wgp "github.com/caplb/caplb/providers/wireguard"
@@ -37,6 +40,7 @@ func TestWireGuard(t *testing.T) {
 			{"Admission", testWireGuardAdmission},
 			{"EndpointSecretsQuiesce", testWireGuardFlow},
 			{"RealGatewayAndMember", testWireGuardRealGateway},
+			{"SampleValid", testWireGuardSample},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
@@ -44,6 +48,27 @@ func TestWireGuard(t *testing.T) {
 			})
 		}
 	})
+}
+
+// The wireguard sample is accepted object by object (server-side dry run: schema, CEL, and
+// CAPI's KubeadmControlPlane CRD); TestIntegration/flows/SamplesValid checks every sample too.
+func testWireGuardSample(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	data, err := fs.ReadFile(samples.FS, "cluster_kubeadm_wireguard.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := harness.Decode(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		err := s.env.Client.Create(t.Context(), o, client.DryRunAll, client.FieldValidation("Strict"))
+		if meta.IsNoMatchError(err) && thirdPartyKinds[o.GetKind()] {
+			continue
+		}
+		g.Expect(err).To(Succeed(), "%s %s", o.GetKind(), o.GetName())
+		kinds[o.GetKind()] = true
+	}
+	g.Expect(kinds).To(HaveKey("LoadBalancer"))
+	g.Expect(kinds).To(HaveKey("KubeadmControlPlane"))
 }
 
 func wgSpec() map[string]any {
@@ -125,7 +150,11 @@ func testWireGuardAdmission(t *testing.T, s *suite) {
 	}
 
 	g := NewWithT(t)
-	good := lbObject(ns, "good", wgSpec())
+	// Other gateway addresses than the flows' (the same ones would be a port conflict with them).
+	spec := wgSpec()
+	wgBackend(spec)["gateways"] = []any{map[string]any{"name": "gw-1", "address": "198.51.100.10"},
+		map[string]any{"name": "gw-2", "address": "198.51.100.11"}}
+	good := lbObject(ns, "good", spec)
 	g.Expect(s.env.Client.Create(ctx, good)).To(Succeed())
 	updates := []struct {
 		name   string
@@ -140,11 +169,7 @@ func testWireGuardAdmission(t *testing.T, s *suite) {
 	for _, tc := range updates {
 		t.Run("update "+tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			cur := lbObject(ns, "good", nil)
-			g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(cur), cur)).To(Succeed())
-			spec := cur.Object["spec"].(map[string]any)
-			tc.mutate(spec)
-			err := s.env.Client.Update(ctx, cur)
+			err := updateLBSpec(ctx, s, ns, "good", tc.mutate)
 			g.Expect(err).To(HaveOccurred(), "the API server accepted it")
 			g.Expect(err.Error()).To(ContainSubstring(tc.want))
 		})
