@@ -41,6 +41,7 @@ func TestWireGuard(t *testing.T) {
 			{"EndpointSecretsQuiesce", testWireGuardFlow},
 			{"RealGatewayAndMember", testWireGuardRealGateway},
 			{"SampleValid", testWireGuardSample},
+			{"PortConflict", testWireGuardPortConflict},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()
@@ -316,4 +317,44 @@ func testWireGuardFlow(t *testing.T, s *suite) {
 	}, flowTimeout).Should(Succeed())
 	f.report(g, "gw-1", nil, active)
 	f.waitLB(t, "member active again", allActive(ms[0].Name))
+}
+
+// Two clusters on the same gateways: the second LoadBalancer asks for a port the first holds on
+// a shared address, so it publishes nothing and says which port and whose; with its own ports it
+// publishes.
+func testWireGuardPortConflict(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	gateways := func(port int32) lbOption {
+		return func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend = lbv1.Backend{WireGuard: &lbv1.WireGuardBackend{Gateways: []lbv1.WireGuardGateway{
+				{Name: "gw-1", Address: "192.0.2.77", Port: port}}}}
+		}
+	}
+	first := newFixture(t, s, harness.ClusterOptions{})
+	first.createLB(t, "", 6443, gateways(51900))
+	first.waitLB(t, "first publishes", func(lb *lbv1.LoadBalancer) bool {
+		return lb.Status.Endpoint == lbv1.APIEndpoint{Host: "192.0.2.77", Port: 6443}
+	})
+
+	second := newFixture(t, s, harness.ClusterOptions{})
+	lb := second.createLB(t, "", 6444, gateways(51901)) // UDP 51901 is free, but TCP 51901 is the first's registration port
+	second.waitLB(t, "second refused", func(lb *lbv1.LoadBalancer) bool {
+		c := harness.Condition(lb, lbv1.GatewaysReadyCondition)
+		return c != nil && c.Reason == lbv1.GatewayPortConflictReason && lb.Status.Endpoint.Host == ""
+	})
+	got, err := s.env.GetLB(second.ctx, second.ns, "lb")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(harness.Condition(got, lbv1.GatewaysReadyCondition).Message).To(ContainSubstring(
+		"gateway address 192.0.2.77: TCP 51901 is taken by LoadBalancer " + first.ns + "/lb"))
+	c := &clusterv1.Cluster{}
+	g.Expect(s.env.Client.Get(second.ctx, client.ObjectKeyFromObject(second.cluster), c)).To(Succeed())
+	g.Expect(c.Spec.ControlPlaneEndpoint.Host).To(BeEmpty(), "a contested port must not be baked into the Cluster")
+
+	// The endpoint port cannot change once set, but it was never published: the gateway port can.
+	g.Expect(updateLBSpec(second.ctx, s, second.ns, lb.Name, func(spec map[string]any) {
+		wgBackend(spec)["gateways"] = []any{map[string]any{"name": "gw-1", "address": "192.0.2.77", "port": int64(51910)}}
+	})).To(Succeed())
+	second.waitLB(t, "second publishes on its own ports", func(lb *lbv1.LoadBalancer) bool {
+		return lb.Status.Endpoint == lbv1.APIEndpoint{Host: "192.0.2.77", Port: 6444}
+	})
 }
