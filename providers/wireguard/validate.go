@@ -148,9 +148,12 @@ func (b *Backend) portConflict(ctx context.Context, lb *lbv1.LoadBalancer) (stri
 		if o.UID == lb.UID || o.Spec.Backend.WireGuard == nil || !o.DeletionTimestamp.IsZero() || !older(o, lb) {
 			continue
 		}
-		for addr, theirs := range claims(o) {
+		theirs := claims(o)
+		// In spec order, so that the message names the same port every time.
+		for _, gw := range lb.Spec.Backend.WireGuard.Gateways {
+			addr := gw.Address
 			for _, c := range mine[addr] {
-				for _, t := range theirs {
+				for _, t := range theirs[addr] {
 					if c == t {
 						return fmt.Sprintf("gateway address %s: %s is taken by LoadBalancer %s/%s (created earlier); give this LoadBalancer's "+
 							"gateways other ports (spec.backend.wireguard.gateways[].port takes UDP port, TCP port and port+1) or another spec.endpoint.port",
