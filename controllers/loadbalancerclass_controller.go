@@ -358,6 +358,9 @@ func validateTemplate(class *lbv1.LoadBalancerClass, reg *providers.Registry) st
 		return fmt.Sprintf("spec.template.spec.backend.%s.addressFrom.poolRef is required: one template serves many Clusters, so each Cluster's VIP comes from an IPAM pool", t.Backend.Kind())
 	case v != nil && t.Endpoint.Host != "":
 		return "spec.template.spec.endpoint.host must be empty for the arp and bgp backends: the VIP comes from addressFrom.poolRef"
+	case t.Backend.WireGuard != nil:
+		return "spec.template.spec.backend.wireguard is not supported in a LoadBalancerClass: each Cluster needs its own ports " +
+			"on shared gateways (spec.endpoint.port, gateways[].port) or its own gateways; create one LoadBalancer per Cluster"
 	}
 	lb := &lbv1.LoadBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: class.Namespace, Name: "template"}, Spec: t.LoadBalancerSpecFor("template")}
 	errs := Validate(lb, reg)

@@ -97,6 +97,8 @@ func TestValidateTemplate(t *testing.T) {
 		{"arp without pool", lbv1.LoadBalancerTemplateSpec{Backend: arpBackend(nil)}, "spec.template.spec.backend.arp.addressFrom.poolRef is required"},
 		{"arp with host", lbv1.LoadBalancerTemplateSpec{Endpoint: lbv1.APIEndpoint{Host: "10.0.0.1"}, Backend: arpBackend(pool("a"))}, "spec.template.spec.endpoint.host must be empty"},
 		{"bad host", lbv1.LoadBalancerTemplateSpec{Endpoint: lbv1.APIEndpoint{Host: "HTTP://x"}, Backend: lbv1.Backend{Static: &lbv1.StaticBackend{}}}, "spec.template.spec.endpoint.host"},
+		{"wireguard", lbv1.LoadBalancerTemplateSpec{Backend: lbv1.Backend{WireGuard: &lbv1.WireGuardBackend{
+			Gateways: []lbv1.WireGuardGateway{{Name: "gw-1", Address: "203.0.113.10"}}}}}, "spec.template.spec.backend.wireguard is not supported"},
 		{"backend not in this build", lbv1.LoadBalancerTemplateSpec{Backend: arpBackend(pool("a"))}, "spec.template.spec.backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,6 +89,21 @@ const (
 	WaitingForAgentsReason = "WaitingForAgents"
 )
 
+// Conditions and reasons of the wireguard backend.
+const (
+	// GatewaysReadyCondition is True when every gateway in spec.backend.wireguard.gateways has
+	// reported recently (its ConfigMap <clusterName>-caplb-gateway-<name>). Its message names the
+	// silent ones. Members are in rotation only where a gateway reports them healthy.
+	GatewaysReadyCondition = "GatewaysReady"
+	// GatewaysReadyReason: every gateway reports.
+	GatewaysReadyReason = "GatewaysReady"
+	// WaitingForGatewaysReason: some gateway has never reported or its report is stale.
+	WaitingForGatewaysReason = "WaitingForGateways"
+	// GatewayPortConflictReason: another LoadBalancer already uses a port this one needs on a
+	// shared gateway host; nothing is published or rendered until the spec is fixed.
+	GatewayPortConflictReason = "GatewayPortConflict"
+)
+
 // Reasons of a LoadBalancerClass's Ready condition (it also uses ReadyReason, InvalidSpecReason,
 // ReconcileErrorReason and the Paused condition).
 const (

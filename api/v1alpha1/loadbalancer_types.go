@@ -19,6 +19,9 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required with spec.backend.wireguard: the join token, bootstrap and gateway Secrets and the health checks' CA belong to a Cluster"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || size(self.backend.wireguard.gateways) < 2 || (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0)",message="spec.endpoint.host is required with more than one gateway: a DNS name with one record per gateway (or an address held across the gateway hosts), so that clients fail over between them"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s')",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -109,7 +112,7 @@ func (e APIEndpoint) IsValid() bool { return e.Host != "" && e.Port != 0 }
 // Backend selects the data plane. Exactly one field is set.
 // +kubebuilder:validation:MinProperties=1
 // +kubebuilder:validation:MaxProperties=1
-// +kubebuilder:validation:XValidation:rule="has(self.static) == has(oldSelf.static) && has(self.arp) == has(oldSelf.arp) && has(self.bgp) == has(oldSelf.bgp)",message="spec.backend kind cannot change after creation: create a new LoadBalancer with the other backend"
+// +kubebuilder:validation:XValidation:rule="has(self.static) == has(oldSelf.static) && has(self.arp) == has(oldSelf.arp) && has(self.bgp) == has(oldSelf.bgp) && has(self.wireguard) == has(oldSelf.wireguard)",message="spec.backend kind cannot change after creation: create a new LoadBalancer with the other backend"
 type Backend struct {
 	// static publishes a fixed endpoint (an external load balancer or DNS name, in
 	// spec.endpoint.host) or, with spec.endpoint.host empty, the address of one ready member.
@@ -124,16 +127,22 @@ type Backend struct {
 	// bgp serves the endpoint on a virtual IP that every healthy member announces to its routers.
 	// +optional
 	BGP *BGPBackend `json:"bgp,omitempty"`
+
+	// wireguard serves the endpoint on gateways that pass connections through WireGuard tunnels
+	// the members dial out to, for members behind NAT with no shared segment or routers.
+	// +optional
+	WireGuard *WireGuardBackend `json:"wireguard,omitempty"`
 }
 
 // Backend kinds, the names of the fields under spec.backend.
 const (
-	BackendStatic = "static"
-	BackendARP    = "arp"
-	BackendBGP    = "bgp"
+	BackendStatic    = "static"
+	BackendARP       = "arp"
+	BackendBGP       = "bgp"
+	BackendWireGuard = "wireguard"
 )
 
-// Kind returns the name of the backend that is set ("static", "arp", "bgp"), or "" when none is.
+// Kind returns the name of the backend that is set ("static", "arp", "bgp", "wireguard"), or "" when none is.
 func (b Backend) Kind() string {
 	switch {
 	case b.Static != nil:
@@ -142,6 +151,8 @@ func (b Backend) Kind() string {
 		return BackendARP
 	case b.BGP != nil:
 		return BackendBGP
+	case b.WireGuard != nil:
+		return BackendWireGuard
 	default:
 		return ""
 	}
@@ -210,7 +221,8 @@ type Quiesce struct {
 	// a Machine without a nodeRef and for the last control-plane Machine; this one still holds
 	// such a Machine's infrastructure until the member is out. It never waits on
 	// KubeadmControlPlane's own pre-terminate hook, and is never held while the Cluster is being
-	// deleted. Default: on for the arp and bgp backends (they have a data plane), off for static.
+	// deleted. Default: on for the arp, bgp and wireguard backends (they have a data plane), off
+	// for static.
 	// +optional
 	PreTerminateHook *bool `json:"preTerminateHook,omitempty"`
 }
@@ -220,7 +232,7 @@ func (s *LoadBalancerSpec) EffectivePreTerminateHook() bool {
 	if s.Quiesce.PreTerminateHook != nil {
 		return *s.Quiesce.PreTerminateHook
 	}
-	return s.Backend.ARP != nil || s.Backend.BGP != nil
+	return s.Backend.ARP != nil || s.Backend.BGP != nil || s.Backend.WireGuard != nil
 }
 
 // Target is one member as the LoadBalancer sees it.
@@ -278,7 +290,7 @@ type LoadBalancerStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Ready, EndpointAvailable, TargetsAvailable, ClusterEndpoint, Paused; with the
-	// arp and bgp backends also AddressAllocated and AgentsReady.
+	// arp and bgp backends also AddressAllocated and AgentsReady; with wireguard GatewaysReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

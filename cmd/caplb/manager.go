@@ -19,6 +19,7 @@ import (
 	"github.com/caplb/caplb/controllers"
 	"github.com/caplb/caplb/providers"
 	"github.com/caplb/caplb/providers/vip"
+	"github.com/caplb/caplb/providers/wireguard"
 )
 
 // leaderElectionID names the Lease the manager replicas elect a leader with.
@@ -115,8 +116,9 @@ func runManager(o managerOptions) error {
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		MaxConcurrentReconciles: o.concurrency,
 		NodeTargetsNamespace:    o.nodeTargetsNamespace,
-		Backends:                []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
-		ClusterCache:            cc,
+		Backends: []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts), wireguard.New(wireguard.Options{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentImage: o.agentImage})},
+		ClusterCache: cc,
 	}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}

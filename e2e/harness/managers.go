@@ -22,6 +22,7 @@ import (
 	"github.com/caplb/caplb/e2e/testinfra"
 	"github.com/caplb/caplb/providers"
 	"github.com/caplb/caplb/providers/vip"
+	"github.com/caplb/caplb/providers/wireguard"
 )
 
 // stopTimeout bounds how long Stop waits for a manager to shut down.
@@ -217,8 +218,10 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 		NodeTargetsNamespace:    o.NodeTargetsNamespace,
 		// A restarted manager registers the same controller name again in this process.
 		SkipNameValidation: true,
-		Backends:           []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts)},
-		ClusterCache:       cc,
+		Backends: []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts), wireguard.New(wireguard.Options{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentImage: AgentImage,
+			PendingPoll: 200 * time.Millisecond, Resync: 2 * time.Second})},
+		ClusterCache: cc,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up caplb controllers: %w", err)
 	}

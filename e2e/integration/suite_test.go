@@ -51,36 +51,7 @@ func TestIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration suite: needs the test control plane (make testbin); skipped with -short")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	env, err := harness.Start(harness.Options{})
-	if err != nil {
-		t.Fatalf("starting test control plane: %v", err)
-	}
-	s := &suite{ctx: ctx, env: env}
-	defer func() {
-		if err := s.caplb.Stop(); err != nil {
-			t.Errorf("stopping caplb manager: %v", err)
-		}
-		if err := s.capi.Stop(); err != nil {
-			t.Errorf("stopping CAPI manager: %v", err)
-		}
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping control plane: %v", err)
-		}
-	}()
-	if s.capi, err = env.StartCAPI(ctx); err != nil {
-		t.Fatalf("starting CAPI reconcilers: %v", err)
-	}
-	// The manager runs as its ServiceAccount under the RBAC config/rbac ships (and the
-	// node-targets component's): a missing verb fails a flow.
-	if err := env.ApplyShippedRBAC(ctx); err != nil {
-		t.Fatalf("applying the shipped RBAC: %v", err)
-	}
-	if s.caplb, err = env.StartCAPLB(ctx, caplbOptions); err != nil {
-		t.Fatalf("starting caplb manager: %v", err)
-	}
+	s := startSuite(t)
 
 	t.Run("flows", func(t *testing.T) {
 		for _, f := range []struct {
@@ -125,6 +96,47 @@ func TestIntegration(t *testing.T) {
 	t.Run("VIPManagerRestart", func(t *testing.T) { testVIPManagerRestart(t, s) })
 	// Stops the shared manager and releases its marks by hand: last.
 	t.Run("UninstallCleanup", func(t *testing.T) { testUninstallCleanup(t, s) })
+}
+
+// startSuite starts the control plane, CAPI's reconcilers and the caplb manager (as its
+// ServiceAccount under the shipped RBAC), stopped when t ends.
+func startSuite(t *testing.T) *suite {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	env, err := harness.Start(harness.Options{})
+	if err != nil {
+		cancel()
+		t.Fatalf("starting test control plane: %v", err)
+	}
+	s := &suite{ctx: ctx, env: env}
+	t.Cleanup(func() {
+		if s.caplb != nil {
+			if err := s.caplb.Stop(); err != nil {
+				t.Errorf("stopping caplb manager: %v", err)
+			}
+		}
+		if s.capi != nil {
+			if err := s.capi.Stop(); err != nil {
+				t.Errorf("stopping CAPI manager: %v", err)
+			}
+		}
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping control plane: %v", err)
+		}
+		cancel()
+	})
+	if s.capi, err = env.StartCAPI(ctx); err != nil {
+		t.Fatalf("starting CAPI reconcilers: %v", err)
+	}
+	// The manager runs as its ServiceAccount under the RBAC config/rbac ships (and the
+	// node-targets component's): a missing verb fails a flow.
+	if err := env.ApplyShippedRBAC(ctx); err != nil {
+		t.Fatalf("applying the shipped RBAC: %v", err)
+	}
+	if s.caplb, err = env.StartCAPLB(ctx, caplbOptions); err != nil {
+		t.Fatalf("starting caplb manager: %v", err)
+	}
+	return s
 }
 
 // fixture is one flow's namespace and Cluster.

@@ -5,16 +5,21 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // NewGatewayCommand is `caplb gateway` (docs/backends/wireguard.md).
 func NewGatewayCommand() *cobra.Command {
-	var configPath string
+	var configPath, fromSecret, name, kubeconfig, dir string
 	var verbosity int
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -26,10 +31,19 @@ WireGuard tunnel (no kernel module, no TUN, no root needed for the device) to a 
 Admin endpoints (admin.listen, default 127.0.0.1:7475): GET /status, /metrics, /healthz;
 POST/DELETE /v1/nodes/{node}/quiesce.
 
+With --from-secret the configuration, join token and cluster CA come from the Secret a wireguard
+LoadBalancer renders (cached in --dir, mode 0600, and used from there while the management cluster
+is unreachable); the gateway applies the Secret's quiesced nodes and reports its members and
+their open connections to the ConfigMap <secret>-<name> every 5s.
+
 The first SIGTERM or SIGINT stops accepting (clients go to the other gateways) and lets open
 connections finish up to drainTimeout; a second one closes them at once.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
+			ctx, force := signalContexts(log)
+			if fromSecret != "" {
+				return runFromSecret(ctx, force, log, fromSecret, name, kubeconfig, dir)
+			}
 			cfg, err := LoadGateway(configPath)
 			if err != nil {
 				return err
@@ -38,11 +52,14 @@ connections finish up to drainTimeout; a second one closes them at once.`,
 			if err != nil {
 				return err
 			}
-			ctx, force := signalContexts(log)
 			return g.Run(ctx, force)
 		},
 	}
-	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/gateway.yaml", "gateway configuration file (YAML)")
+	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/gateway.yaml", "gateway configuration file (YAML); not used with --from-secret")
+	cmd.Flags().StringVar(&fromSecret, "from-secret", "", "run from the management cluster: <namespace>/<cluster>-caplb-gateway, the Secret a wireguard LoadBalancer renders (needs --name)")
+	cmd.Flags().StringVar(&name, "name", "", "with --from-secret: this gateway's name in spec.backend.wireguard.gateways")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "with --from-secret: kubeconfig of the management cluster (default: $KUBECONFIG, then in-cluster)")
+	cmd.Flags().StringVar(&dir, "dir", "", "with --from-secret: where this cluster's files are kept (default /var/lib/caplb/wireguard/<namespace>/<cluster>)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0: changes and problems, 1: per-connection detail, 3: WireGuard debug)")
 	return cmd
 }
@@ -81,6 +98,42 @@ Admin endpoints (admin.listen, default 127.0.0.1:7476): GET /status, /healthz; P
 	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/wireguard.yaml", "member configuration file (YAML)")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0: changes and problems, 1: detail, 3: WireGuard debug)")
 	return cmd
+}
+
+// runFromSecret runs a gateway whose configuration comes from a wireguard LoadBalancer's Secret.
+func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubeconfig, dir string) error {
+	ns, secret, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || secret == "" {
+		return fmt.Errorf("--from-secret %q: want <namespace>/<name>, e.g. default/edge-caplb-gateway", ref)
+	}
+	if name == "" {
+		return fmt.Errorf("--name is required with --from-secret: this gateway's name in spec.backend.wireguard.gateways")
+	}
+	if dir == "" {
+		dir = filepath.Join("/var/lib/caplb/wireguard", ns, strings.TrimSuffix(secret, "-caplb-gateway"))
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("management cluster kubeconfig: %w", err)
+	}
+	rc.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("management cluster client: %w", err)
+	}
+	sync := &SecretSync{Client: cs, Namespace: ns, Secret: secret, Gateway: name, Dir: dir, Log: log.WithName("sync")}
+	cfg, err := sync.Load(ctx)
+	if err != nil {
+		return err
+	}
+	g, err := NewGateway(cfg, log)
+	if err != nil {
+		return err
+	}
+	go sync.Run(ctx, g)
+	return g.Run(ctx, force)
 }
 
 func newLogger(v int) logr.Logger {

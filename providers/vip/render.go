@@ -198,30 +198,62 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 	fileType := corev1.HostPathFile
 	dirType := corev1.HostPathDirectory
 	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	// The kubelet retries a mount whose file is not there yet (kubeadm join writes kubelet.conf
+	// after TLS bootstrap), so File types delay the agent rather than create directories in
+	// place of missing files.
+	mounts := []HostMount{
+		{Name: "config", Path: ConfigDir, Type: dirType, ReadOnly: true},
+		{Name: "state", Path: StateDir, Type: dirOrCreate},
+		// The control socket (POST /quiesce on the node, root only) lives here: the root
+		// filesystem is read-only.
+		{Name: "run", Path: path.Dir(agentv1.DefaultControlSocket), Type: dirOrCreate},
+		{Name: "ca", Path: ca, Type: fileType, ReadOnly: true},
+		{Name: "kubeconfig", Path: fl.Kubeconfig, Type: fileType, ReadOnly: true},
+	}
+	for i, f := range fl.KubeletFiles {
+		mounts = append(mounts, HostMount{Name: "kubelet-" + strconv.Itoa(i), Path: f, Type: fileType, ReadOnly: true})
+	}
+	for i, d := range fl.KubeletDirs {
+		mounts = append(mounts, HostMount{Name: "kubelet-dir-" + strconv.Itoa(i), Path: d, Type: dirOrCreate, ReadOnly: true})
+	}
+	return AgentPod{
+		Component: lb.Spec.Backend.Kind(),
+		Image:     image,
+		Command:   []string{"caplb-agent", "--config", agentv1.ConfigPath},
+		Mounts:    mounts,
+		Caps:      []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+	}.Render()
+}
+
+// HostMount is one hostPath volume of the agent's static pod, mounted at the same path.
+type HostMount struct {
+	Name, Path string
+	Type       corev1.HostPathType
+	ReadOnly   bool
+}
+
+// AgentPod is the caplb-agent static pod every backend with a node agent renders: host network,
+// node-critical, read-only root filesystem, only the capabilities it names.
+type AgentPod struct {
+	// Component labels the pod (app.kubernetes.io/component): the backend kind.
+	Component string
+	Image     string
+	Command   []string
+	Mounts    []HostMount
+	Caps      []corev1.Capability
+}
+
+// Render returns the static pod manifest (YAML).
+func (a AgentPod) Render() ([]byte, error) {
 	var (
 		vols   []corev1.Volume
 		mounts []corev1.VolumeMount
 	)
-	add := func(name, p string, t *corev1.HostPathType, ro bool) {
-		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: p, Type: t}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: p, ReadOnly: ro})
-	}
-	// The kubelet retries a mount whose file is not there yet (kubeadm join writes kubelet.conf
-	// after TLS bootstrap), so File types delay the agent rather than create directories in
-	// place of missing files.
-	add("config", ConfigDir, &dirType, true)
-	add("state", StateDir, &dirOrCreate, false)
-	// The control socket (POST /quiesce on the node, root only) lives here: the root filesystem
-	// is read-only.
-	add("run", path.Dir(agentv1.DefaultControlSocket), &dirOrCreate, false)
-	add("ca", ca, &fileType, true)
-	add("kubeconfig", fl.Kubeconfig, &fileType, true)
-	for i, f := range fl.KubeletFiles {
-		add("kubelet-"+strconv.Itoa(i), f, &fileType, true)
-	}
-	for i, d := range fl.KubeletDirs {
-		add("kubelet-dir-"+strconv.Itoa(i), d, &dirOrCreate, true)
+	for _, m := range a.Mounts {
+		t := m.Type
+		vols = append(vols, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: m.Path, Type: &t}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: m.Name, MountPath: m.Path, ReadOnly: m.ReadOnly})
 	}
 	no, yes := false, true
 	pod := corev1.Pod{
@@ -231,7 +263,7 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 			Namespace: "kube-system",
 			Labels: map[string]string{
 				"app.kubernetes.io/name":      "caplb-agent",
-				"app.kubernetes.io/component": lb.Spec.Backend.Kind(),
+				"app.kubernetes.io/component": a.Component,
 			},
 		},
 		Spec: corev1.PodSpec{
@@ -239,8 +271,8 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 			PriorityClassName: "system-node-critical",
 			Containers: []corev1.Container{{
 				Name:    "caplb-agent",
-				Image:   image,
-				Command: []string{"caplb-agent", "--config", agentv1.ConfigPath},
+				Image:   a.Image,
+				Command: a.Command,
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 					// A CPU request gives the agent a share under load, so its 100 ms probes
 					// are not starved into false failovers.
@@ -251,7 +283,7 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 					AllowPrivilegeEscalation: &no,
 					ReadOnlyRootFilesystem:   &yes,
 					Capabilities: &corev1.Capabilities{
-						Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+						Add:  a.Caps,
 						Drop: []corev1.Capability{"ALL"},
 					},
 				},
@@ -263,6 +295,10 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 	// Only nulls and empty objects go: false is meaningful in a security context.
 	return marshalPruned(pod, false)
 }
+
+// MarshalConfig writes a configuration as YAML without its zero values (which mean "default"
+// in caplb's agent and gateway schemas), so a rendered file shows only what the manager chose.
+func MarshalConfig(v any) ([]byte, error) { return marshalPruned(v, true) }
 
 // marshalPruned marshals v to YAML, dropping nulls and empty maps and lists, and with zeros also
 // empty strings, false, 0 and "0s".
