@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/ptr"
@@ -24,6 +25,9 @@ import (
 	"github.com/caplb/caplb/providers/vip"
 	"github.com/caplb/caplb/providers/wireguard"
 )
+
+// capiStarts counts StartCAPIWith calls in this process (see there).
+var capiStarts atomic.Int32
 
 // stopTimeout bounds how long Stop waits for a manager to shut down.
 const stopTimeout = 60 * time.Second
@@ -100,7 +104,13 @@ type CAPIOptions struct {
 // boots a network-namespace machine per TestMachine).
 func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error) {
 	opts := e.managerOptions()
-	opts.Cache = setup.ManagerCacheOptions(e.Scheme, "caplb-test-capi", "", 10*time.Minute)
+	// client-go names informers once per process: a second CAPI in the same process (the
+	// lifecycle bench runs one lab per backend) needs names of its own.
+	name := "caplb-test-capi"
+	if n := capiStarts.Add(1); n > 1 {
+		name = fmt.Sprintf("%s-%d", name, n)
+	}
+	opts.Cache = setup.ManagerCacheOptions(e.Scheme, name, "", 10*time.Minute)
 	opts.Client = setup.ManagerClientOptions()
 	mgr, err := ctrl.NewManager(e.Config, opts)
 	if err != nil {
@@ -116,7 +126,7 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secretClient,
 		Cache:        setup.ClusterCacheCacheOptions(),
-		Client:       setup.ClusterCacheClientOptions("caplb-test-capi", 50, 100),
+		Client:       setup.ClusterCacheClientOptions(name, 50, 100),
 	}, controller.Options{MaxConcurrentReconciles: 10})
 	if err != nil {
 		return nil, fmt.Errorf("creating ClusterCache: %w", err)
