@@ -147,14 +147,9 @@ type WireGuardHealth struct {
 	Fall int32 `json:"fall,omitempty"`
 }
 
-// WireGuardAgent configures the member's static pod.
+// WireGuardAgent configures the member's static pod. The member reads no node path a flavor
+// would change (no kubeconfig, no CA): the bootstrap config names the static pod directory.
 type WireGuardAgent struct {
-	// flavor of the control plane's nodes, for the static pod directory: kubeadm (default), k3s
-	// or rke2.
-	// +optional
-	// +kubebuilder:validation:Enum=kubeadm;k3s;rke2
-	Flavor string `json:"flavor,omitempty"`
-
 	// image of the member's static pod. Default: the manager's --agent-image.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512

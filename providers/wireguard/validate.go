@@ -8,7 +8,6 @@ import (
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	wg "github.com/caplb/caplb/modes/wireguard"
-	"github.com/caplb/caplb/providers/vip"
 )
 
 // +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers,verbs=get;list;watch
@@ -60,6 +59,14 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 			errs = append(errs, field.Duplicate(gp.Child("port"), p))
 		} else {
 			addrs[k] = true
+			// Two gateway processes of this cluster on one address: their TCP pairs must not overlap.
+			for _, q := range []int32{p - 1, p + 1} {
+				if addrs[g.Address+"/"+fmt.Sprint(q)] {
+					errs = append(errs, field.Invalid(gp.Child("port"), p, fmt.Sprintf(
+						"another gateway of this LoadBalancer on %s uses port %d: each takes TCP port and port+1, so keep them at least 2 apart",
+						g.Address, q)))
+				}
+			}
 		}
 		if ep == p || ep == p+1 {
 			errs = append(errs, field.Invalid(gp.Child("port"), p, fmt.Sprintf(
@@ -100,11 +107,6 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 	if spec.Quiesce.EffectiveDrainPeriod() <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "quiesce", "drainPeriod"), "0s",
 			"must be positive with the wireguard backend: the gateways close a quiesced member's open connections when it ends"))
-	}
-	if f := w.Agent.Flavor; f != "" {
-		if _, ok := vip.Flavors[f]; !ok {
-			errs = append(errs, field.NotSupported(bp.Child("agent", "flavor"), f, []string{vip.FlavorKubeadm, vip.FlavorK3s, vip.FlavorRKE2}))
-		}
 	}
 	if w.Agent.Image == "" && b.opts.AgentImage == "" {
 		errs = append(errs, field.Required(bp.Child("agent", "image"),

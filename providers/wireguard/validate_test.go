@@ -52,6 +52,14 @@ func TestValidate(t *testing.T) {
 			gws := lb.Spec.Backend.WireGuard.Gateways
 			gws[1].Address, gws[1].Port = gws[0].Address, 51820
 		}, []string{"gateways[1].port: Duplicate"}},
+		{"two gateways on one address, adjacent ports", func(lb *lbv1.LoadBalancer) {
+			gws := lb.Spec.Backend.WireGuard.Gateways
+			gws[1].Address, gws[1].Port = gws[0].Address, 51821
+		}, []string{"gateways[1].port", "at least 2 apart"}},
+		{"two gateways on one address, 2 apart", func(lb *lbv1.LoadBalancer) {
+			gws := lb.Spec.Backend.WireGuard.Gateways
+			gws[1].Address, gws[1].Port = gws[0].Address, 51822
+		}, nil},
 		{"endpoint port on the registration port", func(lb *lbv1.LoadBalancer) { lb.Spec.Endpoint.Port = 51821 },
 			[]string{"gateways[0].port", "do not overlap"}},
 		{"bad key", func(lb *lbv1.LoadBalancer) { lb.Spec.Backend.WireGuard.Gateways[1].PublicKey = "abc" },
@@ -67,8 +75,6 @@ func TestValidate(t *testing.T) {
 		}, []string{"persistentKeepalive", "whole seconds"}},
 		{"no drain", func(lb *lbv1.LoadBalancer) { lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{} },
 			[]string{"spec.quiesce.drainPeriod", "must be positive"}},
-		{"unknown flavor", func(lb *lbv1.LoadBalancer) { lb.Spec.Backend.WireGuard.Agent.Flavor = "talos" },
-			[]string{"agent.flavor"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
