@@ -1,6 +1,6 @@
 //go:build linux
 
-package lifecycle_test
+package lifecycle
 
 import (
 	"context"
@@ -12,11 +12,10 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/e2e/lifecycle"
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
 )
 
-var bins lifecycle.Binaries
+var bins Binaries
 
 func TestMain(m *testing.M) {
 	code := func() int {
@@ -26,7 +25,7 @@ func TestMain(m *testing.M) {
 				panic(err)
 			}
 			defer os.RemoveAll(dir)
-			if bins, err = lifecycle.BuildBinaries(dir); err != nil {
+			if bins, err = BuildBinaries(dir); err != nil {
 				panic(err)
 			}
 		}
@@ -40,12 +39,12 @@ func TestMain(m *testing.M) {
 // reopens), the VIP always has a holder and two only within a hand-over's drain, every
 // pre-drain hook released only after the data plane confirmed the member left (the scenario
 // checks that at the moment it sees the release), and nothing left behind.
-func runLifecycle(t *testing.T, backend lifecycle.Backend, name string) {
+func runLifecycle(t *testing.T, backend Backend, name string) {
 	lab.SkipUnlessRoot(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: backend, Binaries: bins, Name: name})
+	l, err := Start(ctx, Options{Backend: backend, Binaries: bins, Name: name})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() {
 		if t.Failed() {
@@ -55,7 +54,7 @@ func runLifecycle(t *testing.T, backend lifecycle.Backend, name string) {
 			t.Errorf("closing the lab: %v", err)
 		}
 	}()
-	obs, err := lifecycle.RunObserved(ctx, l, func(s string) { t.Logf("==> %s", s) })
+	obs, err := RunObserved(ctx, l, func(s string) { t.Logf("==> %s", s) })
 	if dir := os.Getenv("CAPLB_LIFECYCLE_SVG_DIR"); dir != "" {
 		if f, ferr := os.Create(filepath.Join(dir, "lifecycle-"+string(backend)+".svg")); ferr == nil {
 			_ = observe.RenderSVG(f, obs.Input)
@@ -78,7 +77,7 @@ func runLifecycle(t *testing.T, backend lifecycle.Backend, name string) {
 	g.Expect(failed).To(BeEmpty(), "no client request failed")
 	g.Expect(r.FailedRequests).To(BeZero())
 	g.Expect(r.HooksUnreleased).To(BeZero())
-	if backend == lifecycle.ARP {
+	if backend == ARP {
 		g.Expect(*r.HolderLessMSMax).To(BeZero(), "the VIP always had a holder")
 		g.Expect(*r.DualOwnerMSMax).To(BeNumerically("<", 4000), "two holders only within a hand-over's drain")
 	}
@@ -88,9 +87,9 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-func TestLifecycleARP(t *testing.T) { runLifecycle(t, lifecycle.ARP, "lcarp") }
+func TestLifecycleARP(t *testing.T) { runLifecycle(t, ARP, "lcarp") }
 
 func TestLifecycleBGP(t *testing.T) {
 	lab.SkipUnlessFRR(t)
-	runLifecycle(t, lifecycle.BGP, "lcbgp")
+	runLifecycle(t, BGP, "lcbgp")
 }

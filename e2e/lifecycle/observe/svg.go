@@ -37,6 +37,8 @@ var (
 const (
 	okColour   = "#2ca02c"
 	failColour = "#e0001b"
+	// resetColour marks a stream reset by the server side and reopened (not a failure).
+	resetColour = "#3182bd"
 )
 
 // RenderSVG draws the run as one SVG timeline: which node held the VIP, each
@@ -133,10 +135,13 @@ func RenderSVG(w io.Writer, in Input) error {
 	ly := axisY + 36
 	lx := float64(plotLeft)
 	for _, l := range []struct{ fill, label string }{
-		{okColour, "requests answered"}, {failColour, "failed requests"}, {"#fd8d3c", "≥2 VIP holders"}, {"#bdbdbd", "no VIP holder"},
+		{okColour, "requests answered"}, {failColour, "failed requests"}, {resetColour, "stream reset, reopened"}, {"#fd8d3c", "≥2 VIP holders"}, {"#bdbdbd", "no VIP holder"},
 		{phaseColour["Provisioning"], "Provisioning"}, {phaseColour["Running"], "Running"}, {phaseColour["Deleting"], "Deleting"},
 		{"url(#hook)", "pre-drain hook held"}, {"#fff3c4", "replacement round"},
 	} {
+		if w := 16 + float64(len(l.label))*charWidth; lx+w > svgWidth-8 {
+			lx, ly = float64(plotLeft), ly+18 // wrap
+		}
 		fmt.Fprintf(&b, `<rect class="legend" x="%.1f" y="%.1f" width="12" height="10" fill="%s" stroke="#999" stroke-width="0.5"/>`+"\n", lx, ly-9, l.fill)
 		c.text(lx+16, ly, l.label, `font-size="11"`)
 		lx += 16 + float64(len(l.label))*charWidth + 14
@@ -343,8 +348,8 @@ func (c *canvas) clientLanes(samples []Sample) {
 	bin := max(clientBin, time.Duration(float64(c.t1.Sub(c.t0))/(plotRight-plotLeft)))
 	for _, k := range Kinds {
 		type cell struct {
-			ok, failed int
-			err        string
+			ok, failed, reset int
+			err               string
 		}
 		cells := map[int64]*cell{}
 		seen := false
@@ -359,7 +364,9 @@ func (c *canvas) clientLanes(samples []Sample) {
 				cl = &cell{}
 				cells[i] = cl
 			}
-			if s.OK {
+			if s.Interrupted {
+				cl.reset++
+			} else if s.OK {
 				cl.ok++
 			} else {
 				if cl.failed == 0 {
@@ -390,6 +397,14 @@ func (c *canvas) clientLanes(samples []Sample) {
 			from, to := c.t0.Add(time.Duration(idx[j])*bin), c.t0.Add(time.Duration(idx[k]+1)*bin)
 			c.bar(from, to, top, okColour, ` class="ok"`, "")
 			j = k
+		}
+		// Streams reset by a node that let the VIP go and reopened: marked, not failures.
+		for _, i := range idx {
+			if cl := cells[i]; cl.reset > 0 && cl.failed == 0 {
+				x := c.x(c.t0.Add(time.Duration(i) * bin))
+				fmt.Fprintf(c.b, `<rect class="reset" x="%.1f" y="%.1f" width="2" height="%d" fill="%s"><title>%s</title></rect>`+"\n",
+					x, top, laneHeight, resetColour, esc(fmt.Sprintf("%d %s reset and reopened", cl.reset, k)))
+			}
 		}
 		// Failures last, at least 3 px wide and taller than the lane: impossible
 		// to miss, yet not merged with the next lane's.
