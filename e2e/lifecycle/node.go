@@ -53,7 +53,6 @@ type Node struct {
 	proxy            *lab.APIProxy
 	failFile, rootfs string
 	deps             *nodeDeps
-	registeredAt     time.Time
 	providerID       string
 }
 
@@ -139,7 +138,6 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 	if err := d.workload.registerNode(ctx, name, providerID, n.Addr); err != nil {
 		return n, err
 	}
-	n.registeredAt = time.Now()
 	return n, nil
 }
 

@@ -175,7 +175,6 @@ func (s *Scenario) deleteMachine(ctx context.Context, name string) (time.Duratio
 	if _, ok := m.Annotations[hook]; !ok {
 		return 0, fmt.Errorf("machine %s has no caplb pre-drain hook before its deletion", name)
 	}
-	node := l.Node(name)
 	if err := l.Mgmt.Client.Delete(ctx, m); err != nil {
 		return 0, err
 	}
@@ -190,7 +189,7 @@ func (s *Scenario) deleteMachine(ctx context.Context, name string) (time.Duratio
 		gone := err != nil
 		if _, held := cur.Annotations[hook]; released.IsZero() && (gone || !held) {
 			released = time.Now()
-			if err := s.checkOut(ctx, name, node); err != nil {
+			if err := s.checkOut(ctx, name); err != nil {
 				return false, "", fmt.Errorf("pre-drain hook released too early: %w", err)
 			}
 		}
@@ -205,7 +204,7 @@ func (s *Scenario) deleteMachine(ctx context.Context, name string) (time.Duratio
 
 // checkOut verifies that the member left the data plane: its agent's report says so and, for
 // ARP, its kernel no longer holds the VIP (BGP: the router no longer routes to it).
-func (s *Scenario) checkOut(ctx context.Context, name string, node *Node) error {
+func (s *Scenario) checkOut(ctx context.Context, name string) error {
 	l := s.Lab
 	h, err := l.Holders()
 	if err != nil {
@@ -225,7 +224,6 @@ func (s *Scenario) checkOut(ctx context.Context, name string, node *Node) error 
 	if st.InDataPlane || st.Holding {
 		return fmt.Errorf("%s: agent reports in data plane %v, holding %v", name, st.InDataPlane, st.Holding)
 	}
-	_ = node
 	return nil
 }
 
