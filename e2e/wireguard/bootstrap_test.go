@@ -167,6 +167,15 @@ func TestBootstrapFromSecretsBehindNAT(t *testing.T) {
 
 	boot := &corev1.Secret{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: wgp.BootstrapSecretName(lb)}, boot)).To(Succeed())
+	// The sample delivers every key of the bootstrap Secret: one the manager renders but the
+	// sample's files[] leave out would never reach a real node.
+	delivered := map[string]bool{}
+	for _, f := range s.files {
+		delivered[f.SecretKey] = true
+	}
+	for k := range boot.Data {
+		g.Expect(delivered).To(HaveKey(k), "key %s of Secret %s is in no file of the sample's KubeadmControlPlane", k, boot.Name)
+	}
 	members := make([]*machine, len(ms))
 	for i, m := range ms {
 		got := &clusterv1.Machine{}
