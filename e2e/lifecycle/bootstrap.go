@@ -1,122 +1,23 @@
 package lifecycle
 
 import (
-	"bytes"
-	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/caplb/caplb/config/samples"
+	"github.com/caplb/caplb/e2e/lab"
 )
 
-// bootFile is one entry of a KubeadmControlPlane's kubeadmConfigSpec.files whose content comes
-// from a Secret: what the bootstrap provider turns into a cloud-init write_files entry.
-type bootFile struct {
-	Path        string
-	Owner       string
-	Permissions os.FileMode
-	SecretName  string
-	SecretKey   string
-}
+// The lab boots its machines with the files of the shipped KubeadmControlPlane sample (see
+// lab.SampleBootFiles); these keep the lifecycle lab's own spelling.
+type bootFile = lab.BootFile
 
-// sampleFiles reads the files a user copies from the shipped KubeadmControlPlane sample
-// (config/samples/<sample>): the lab boots its machines with exactly these, so a sample that
-// forgets a file, a key or a mode fails here before it fails a user. It also returns the name
-// of the sample's Cluster, whose bootstrap Secret the files name.
-func sampleFiles(sample string) (cluster string, files []bootFile, err error) {
-	data, err := samples.FS.ReadFile(sample)
-	if err != nil {
-		return "", nil, fmt.Errorf("sample %s: %w", sample, err)
-	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		switch u.GetKind() {
-		case "Cluster":
-			cluster = u.GetName()
-		case "LoadBalancer":
-			if cluster == "" {
-				cluster, _, _ = unstructured.NestedString(u.Object, "spec", "clusterName")
-			}
-		case "KubeadmControlPlane":
-			list, _, _ := unstructured.NestedSlice(u.Object, "spec", "kubeadmConfigSpec", "files")
-			for i, item := range list {
-				f, err := parseBootFile(item)
-				if err != nil {
-					return "", nil, fmt.Errorf("sample %s: kubeadmConfigSpec.files[%d]: %w", sample, i, err)
-				}
-				files = append(files, f)
-			}
-		}
-	}
-	if cluster == "" || len(files) == 0 {
-		return "", nil, fmt.Errorf("sample %s: names no cluster, or has no KubeadmControlPlane files", sample)
-	}
-	return cluster, files, nil
-}
+func sampleFiles(sample string) (string, []bootFile, error) { return lab.SampleBootFiles(sample) }
 
-func parseBootFile(item any) (bootFile, error) {
-	m, ok := item.(map[string]any)
-	if !ok {
-		return bootFile{}, fmt.Errorf("not an object")
-	}
-	f := bootFile{Permissions: 0o644, Owner: "root:root"}
-	f.Path, _, _ = unstructured.NestedString(m, "path")
-	if o, _, _ := unstructured.NestedString(m, "owner"); o != "" {
-		f.Owner = o
-	}
-	if p, _, _ := unstructured.NestedString(m, "permissions"); p != "" {
-		mode, err := strconv.ParseUint(p, 8, 32)
-		if err != nil {
-			return f, fmt.Errorf("permissions %q: %w", p, err)
-		}
-		f.Permissions = os.FileMode(mode)
-	}
-	f.SecretName, _, _ = unstructured.NestedString(m, "contentFrom", "secret", "name")
-	f.SecretKey, _, _ = unstructured.NestedString(m, "contentFrom", "secret", "key")
-	if f.Path == "" || f.SecretName == "" || f.SecretKey == "" {
-		return f, fmt.Errorf("want path and contentFrom.secret{name,key}")
-	}
-	return f, nil
-}
-
-// writeBootFiles writes files into the node's root as cloud-init's write_files does: parent
-// directories 0755, the file with its permissions, owned by root (the lab runs as root). A key
-// missing from the Secret fails the boot, as it fails the bootstrap provider.
 func writeBootFiles(root string, files []bootFile, secret *corev1.Secret) error {
-	for _, f := range files {
-		if f.SecretName != secret.Name {
-			return fmt.Errorf("file %s: content from Secret %s, but the machine's bootstrap Secret is %s", f.Path, f.SecretName, secret.Name)
-		}
-		content, ok := secret.Data[f.SecretKey]
-		if !ok {
-			return fmt.Errorf("file %s: Secret %s has no key %s", f.Path, secret.Name, f.SecretKey)
-		}
-		if f.Owner != "root:root" && f.Owner != "root" {
-			return fmt.Errorf("file %s: owner %s: the lab writes files as root only", f.Path, f.Owner)
-		}
-		if err := writeFile(filepath.Join(root, f.Path), content, f.Permissions); err != nil {
-			return err
-		}
-	}
-	return nil
+	return lab.WriteBootFiles(root, files, secret)
 }
 
-// writeFile writes a file under a node's root, creating its directories 0755.
 func writeFile(path string, content []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, content, mode); err != nil {
-		return err
-	}
-	return os.Chmod(path, mode) // umask-proof
+	return lab.WriteMachineFile(path, content, mode)
 }

@@ -38,18 +38,24 @@ func TestMain(m *testing.M) {
 // startLab skips unless root and nft are there (fails instead under CI) and starts the lab.
 func startLab(t *testing.T, o wglab.Options) *wglab.Lab {
 	t.Helper()
-	lab.SkipUnlessRoot(t)
-	if _, err := exec.LookPath("nft"); err != nil {
-		if _, err := os.Stat("/usr/sbin/nft"); err != nil {
-			lab.SkipOrFailInCI(t, "needs nft for the NAT router: run `make nftables`")
-		}
-	}
+	needNFT(t)
 	l := lab.NewT(t, "wg")
 	w, err := wglab.Start(l, bins, o)
 	if err != nil {
 		t.Fatalf("wireguard lab: %v", err)
 	}
 	return w
+}
+
+// needNFT skips unless root and nft are there (fails instead under CI).
+func needNFT(t *testing.T) {
+	t.Helper()
+	lab.SkipUnlessRoot(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		if _, err := os.Stat("/usr/sbin/nft"); err != nil {
+			lab.SkipOrFailInCI(t, "needs nft for the NAT router: run `make nftables`")
+		}
+	}
 }
 
 func needConntrack(t *testing.T) {
