@@ -18,7 +18,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
@@ -97,7 +96,7 @@ func testWireGuardRealGateway(t *testing.T, s *suite) {
 	})
 
 	// The gateway, as `caplb gateway --from-secret <ns>/c-caplb-gateway --name gw-1` runs it.
-	cs, err := kubernetes.NewForConfig(s.env.Config)
+	cs, err := wg.NewManagementAPI(s.env.Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	sync := &wg.SecretSync{Client: cs, Namespace: f.ns, Secret: "c" + wgp.GatewaySecretSuffix, Gateway: "gw-1",
 		Dir: filepath.Join(dir, "gw-1"), Interval: 200 * time.Millisecond, Log: testr.New(t).WithName("sync")}

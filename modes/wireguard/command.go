@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -119,9 +118,9 @@ func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubec
 		return fmt.Errorf("management cluster kubeconfig: %w", err)
 	}
 	rc.Timeout = 10 * time.Second
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := NewManagementAPI(rc)
 	if err != nil {
-		return fmt.Errorf("management cluster client: %w", err)
+		return err
 	}
 	sync := &SecretSync{Client: cs, Namespace: ns, Secret: secret, Gateway: name, Dir: dir, Log: log.WithName("sync")}
 	cfg, err := sync.Load(ctx)

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 )
 
@@ -40,7 +39,7 @@ const DefaultSyncInterval = 5 * time.Second
 // <secret>-<gateway>. When the management cluster is unreachable (or being moved) the gateway
 // keeps serving from the files in Dir: nothing it needs lives only in the management cluster.
 type SecretSync struct {
-	Client    kubernetes.Interface
+	Client    ManagementAPI
 	Namespace string
 	// Secret is the gateways' Secret, <clusterName>-caplb-gateway.
 	Secret string
@@ -73,7 +72,7 @@ func (s *SecretSync) ReportName() string { return s.Secret + "-" + s.Gateway }
 // fetch reads the Secret and writes this gateway's files when they changed. It returns the
 // quiesced nodes and whether a file the running gateway loaded at start changed.
 func (s *SecretSync) fetch(ctx context.Context) (quiesced []string, changed bool, err error) {
-	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Secret, metav1.GetOptions{})
+	sec, err := s.Client.GetSecret(ctx, s.Namespace, s.Secret)
 	if err != nil {
 		return nil, false, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, s.Secret, err)
 	}
@@ -216,18 +215,15 @@ func (s *SecretSync) report(ctx context.Context, g *Gateway) error {
 	if err != nil {
 		return err
 	}
-	cms := s.Client.CoreV1().ConfigMaps(s.Namespace)
-	cm, err := cms.Get(ctx, s.ReportName(), metav1.GetOptions{})
+	cm, err := s.Client.GetConfigMap(ctx, s.Namespace, s.ReportName())
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.ReportName(), Labels: s.labels},
 			Data: map[string]string{ReportKey: string(b)}}
-		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-		return err
+		return s.Client.CreateConfigMap(ctx, cm)
 	}
 	if err != nil {
 		return err
 	}
 	cm.Data = map[string]string{ReportKey: string(b)}
-	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-	return err
+	return s.Client.UpdateConfigMap(ctx, cm)
 }

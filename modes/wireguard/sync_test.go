@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -45,7 +46,7 @@ func TestSecretSyncLoadsCachesAndSurvivesAnUnreachableAPI(t *testing.T) {
 		}}
 	cs := fake.NewClientset(sec)
 	dir := t.TempDir()
-	s := &SecretSync{Client: cs, Namespace: "ns", Secret: "c-caplb-gateway", Gateway: "gw-1", Dir: dir,
+	s := &SecretSync{Client: clientsetAPI{cs}, Namespace: "ns", Secret: "c-caplb-gateway", Gateway: "gw-1", Dir: dir,
 		Interval: 10 * time.Millisecond, Log: testr.New(t)}
 
 	// No CA yet: Load keeps waiting.
@@ -88,7 +89,28 @@ func TestSecretSyncUnknownGateway(t *testing.T) {
 	g := NewWithT(t)
 	cs := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-caplb-gateway"},
 		Data: map[string][]byte{SecretGatewayKey("gw-1"): []byte(renderedGateway)}})
-	s := &SecretSync{Client: cs, Namespace: "ns", Secret: "c-caplb-gateway", Gateway: "gw-9", Dir: t.TempDir(), Log: testr.New(t)}
+	s := &SecretSync{Client: clientsetAPI{cs}, Namespace: "ns", Secret: "c-caplb-gateway", Gateway: "gw-9", Dir: t.TempDir(), Log: testr.New(t)}
 	_, _, err := s.fetch(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring(`is "gw-9" listed in the LoadBalancer's spec.backend.wireguard.gateways`)))
+}
+
+// clientsetAPI adapts a (fake) clientset to ManagementAPI.
+type clientsetAPI struct{ cs kubernetes.Interface }
+
+func (a clientsetAPI) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	return a.cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a clientsetAPI) GetConfigMap(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	return a.cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a clientsetAPI) CreateConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
+	_, err := a.cs.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+	return err
+}
+
+func (a clientsetAPI) UpdateConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
+	_, err := a.cs.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+	return err
 }
