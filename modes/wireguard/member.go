@@ -45,7 +45,14 @@ type generation struct {
 	open     int
 	accepted map[netip.Addr]int // connections per remote tunnel address (each gateway's checks)
 	wg       sync.WaitGroup
+	upstream *spareDialer
 }
+
+// spareMaxAge: how long a spare upstream connection may wait unused: well below the time a TLS
+// server gives a silent connection to start its handshake (Go's http.Server: its read-header or
+// read timeout), and the gateways' health checks (every 250 ms by default) take and renew it long
+// before.
+const spareMaxAge = 2 * time.Second
 
 type gatewayView struct {
 	cfg        MemberGateway
@@ -141,7 +148,8 @@ func (m *Member) openGeneration(priv Key) (*generation, error) {
 		tun.Close()
 		return nil, fmt.Errorf("listen in tunnel on port %d: %w", m.cfg.TunnelPort, err)
 	}
-	g := &generation{priv: priv, pub: pub, tun: tun, ln: ln, accepted: map[netip.Addr]int{}}
+	g := &generation{priv: priv, pub: pub, tun: tun, ln: ln, accepted: map[netip.Addr]int{},
+		upstream: newSpareDialer(m.cfg.Upstream, 2*time.Second, spareMaxAge)}
 	// Gateways whose keys are known already (pinned, or from an earlier registration) become
 	// peers at once.
 	m.mu.Lock()
@@ -196,7 +204,7 @@ func (m *Member) serve(g *generation) {
 		go func() {
 			defer g.wg.Done()
 			defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
-			up, err := net.DialTimeout("tcp", m.cfg.Upstream, 2*time.Second)
+			up, err := g.upstream.dial()
 			if err != nil {
 				m.log.V(1).Info("upstream dial failed", "upstream", m.cfg.Upstream, "error", err.Error())
 				_ = c.Close()
@@ -389,6 +397,7 @@ func (g *generation) drain(ctx context.Context, deadline time.Time) {
 
 func (g *generation) close() {
 	_ = g.ln.Close()
+	g.upstream.close()
 	g.tun.Close()
 }
 
