@@ -45,14 +45,7 @@ type generation struct {
 	open     int
 	accepted map[netip.Addr]int // connections per remote tunnel address (each gateway's checks)
 	wg       sync.WaitGroup
-	upstream *spareDialer
 }
-
-// spareMaxAge: how long a spare upstream connection may wait unused: well below the time a TLS
-// server gives a silent connection to start its handshake (Go's http.Server: its read-header or
-// read timeout), and the gateways' health checks (every 250 ms by default) take and renew it long
-// before.
-const spareMaxAge = 2 * time.Second
 
 type gatewayView struct {
 	cfg        MemberGateway
@@ -148,8 +141,7 @@ func (m *Member) openGeneration(priv Key) (*generation, error) {
 		tun.Close()
 		return nil, fmt.Errorf("listen in tunnel on port %d: %w", m.cfg.TunnelPort, err)
 	}
-	g := &generation{priv: priv, pub: pub, tun: tun, ln: ln, accepted: map[netip.Addr]int{},
-		upstream: newSpareDialer(m.cfg.Upstream, 2*time.Second, spareMaxAge)}
+	g := &generation{priv: priv, pub: pub, tun: tun, ln: ln, accepted: map[netip.Addr]int{}}
 	// Gateways whose keys are known already (pinned, or from an earlier registration) become
 	// peers at once.
 	m.mu.Lock()
@@ -204,7 +196,7 @@ func (m *Member) serve(g *generation) {
 		go func() {
 			defer g.wg.Done()
 			defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
-			up, err := g.upstream.dial()
+			up, err := net.DialTimeout("tcp", m.cfg.Upstream, 2*time.Second)
 			if err != nil {
 				m.log.V(1).Info("upstream dial failed", "upstream", m.cfg.Upstream, "error", err.Error())
 				_ = c.Close()
@@ -397,7 +389,6 @@ func (g *generation) drain(ctx context.Context, deadline time.Time) {
 
 func (g *generation) close() {
 	_ = g.ln.Close()
-	g.upstream.close()
 	g.tun.Close()
 }
 
