@@ -63,10 +63,6 @@ type GatewayConfig struct {
 	// HedgeDelay: while a connection's dials are unanswered, every hedgeDelay one more member
 	// joins the race (the first to connect wins). Default 200ms; at most dialTimeout.
 	HedgeDelay Duration `json:"hedgeDelay,omitempty"`
-	// WarmConnections: tunnel connections per healthy member dialled ahead of clients, so that a
-	// new client connection skips the tunnel's TCP handshake; each is used within 2s or closed,
-	// and refilled only by client connections. Default 2; -1 disables.
-	WarmConnections int `json:"warmConnections,omitempty"`
 	// DrainTimeout: a quiesced or deregistered member's open connections are closed after this
 	// long. Default 30s.
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
@@ -256,7 +252,6 @@ func (c *GatewayConfig) Default() {
 	defInt(&h.Fall, 3)
 	def(&c.DialTimeout, time.Second)
 	def(&c.HedgeDelay, 200*time.Millisecond)
-	defInt(&c.WarmConnections, 2)
 	def(&c.DrainTimeout, 30*time.Second)
 	def(&c.ForgetAfter, 10*time.Minute)
 	defStr(&c.Admin.Listen, "127.0.0.1:7475")
@@ -342,9 +337,6 @@ func (c *GatewayConfig) Validate() error {
 	positive(&e, "hedgeDelay", c.HedgeDelay)
 	if c.HedgeDelay.Duration > c.DialTimeout.Duration {
 		e.bad("hedgeDelay", "%v is longer than dialTimeout (%v); a hedge must start before the dial gives up", c.HedgeDelay.Duration, c.DialTimeout.Duration)
-	}
-	if c.WarmConnections < -1 || c.WarmConnections > 16 {
-		e.bad("warmConnections", "%d is out of range; give 1 to 16 connections per member, or -1 to disable", c.WarmConnections)
 	}
 	positive(&e, "drainTimeout", c.DrainTimeout)
 	if c.ForgetAfter.Duration < time.Minute {

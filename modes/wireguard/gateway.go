@@ -166,7 +166,6 @@ func (g *Gateway) Run(ctx, force context.Context) error {
 	// Graceful: no new connections (clients go to the other gateways); open ones may finish
 	// until drainTimeout or force, then they are closed.
 	ln.Close()
-	g.pool.expireWarm(time.Now().Add(warmMaxAge)) // no client will take them now
 	for _, s := range servers {
 		sctx, c := context.WithTimeout(context.Background(), time.Second)
 		_ = s.Shutdown(sctx)
@@ -354,9 +353,7 @@ func (g *Gateway) maintain(ctx context.Context) {
 			for _, c := range conns {
 				c.close()
 			}
-			g.pool.expireWarm(now)
 			for _, b := range remove {
-				g.pool.dropWarm(b)
 				b.stopHealth()
 				g.mu.Lock()
 				err := g.tun.RemovePeer(b.pub)
@@ -390,10 +387,6 @@ func (g *Gateway) closeAll() {
 		for c := range b.conns {
 			all = append(all, c)
 		}
-		for _, w := range b.warm {
-			_ = w.c.Close()
-		}
-		b.warm = nil
 	}
 	g.pool.mu.Unlock()
 	for _, c := range all {

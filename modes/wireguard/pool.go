@@ -1,7 +1,6 @@
 package wireguard
 
 import (
-	"net"
 	"net/netip"
 	"sort"
 	"sync"
@@ -43,12 +42,9 @@ type backend struct {
 	// lastSeen: last registration (or the gateway's start, for members from the state file).
 	lastSeen time.Time
 
-	conns map[*proxied]struct{}
-	// warm: tunnel connections dialled ahead for clients; warmDialing: dials under way.
-	warm        []warmConn
-	warmDialing int
-	served      uint64
-	failed      uint64
+	conns  map[*proxied]struct{}
+	served uint64
+	failed uint64
 
 	stopHealth func()
 }
@@ -101,15 +97,13 @@ func (p *pool) pick(tried map[Key]bool) *backend {
 	return cands[best]
 }
 
-// attach records an open connection with upstream up; it fails when the member stopped being
-// eligible meanwhile.
-func (p *pool) attach(b *backend, c *proxied, up net.Conn) bool {
+// attach records an open connection; it fails when the member stopped being eligible meanwhile.
+func (p *pool) attach(b *backend, c *proxied) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.backends[b.pub] != b || !p.eligibleLocked(b) {
 		return false
 	}
-	c.setUpstream(up)
 	b.conns[c] = struct{}{}
 	b.served++
 	return true
@@ -199,15 +193,13 @@ func (p *pool) forget(handshakes map[Key]time.Time, cutoff, now time.Time) []*ba
 
 // MemberStatus is one member as /status reports it.
 type MemberStatus struct {
-	Node        string `json:"node"`
-	PublicKey   string `json:"publicKey"`
-	Address     string `json:"address"`
-	Static      bool   `json:"static,omitempty"`
-	Healthy     bool   `json:"healthy"`
-	State       string `json:"state"` // active, quiesced, draining
-	Connections int    `json:"connections"`
-	// Warm: tunnel connections dialled ahead for the next clients.
-	Warm        int       `json:"warmConnections"`
+	Node        string    `json:"node"`
+	PublicKey   string    `json:"publicKey"`
+	Address     string    `json:"address"`
+	Static      bool      `json:"static,omitempty"`
+	Healthy     bool      `json:"healthy"`
+	State       string    `json:"state"` // active, quiesced, draining
+	Connections int       `json:"connections"`
 	Served      uint64    `json:"served"`
 	DialFailed  uint64    `json:"dialFailed"`
 	LastError   string    `json:"lastError,omitempty"`
@@ -229,7 +221,7 @@ func (p *pool) status() []MemberStatus {
 			state = "quiesced"
 		}
 		out = append(out, MemberStatus{Node: b.node, PublicKey: b.pub.String(), Address: b.addr.String(), Static: b.static,
-			Healthy: b.healthy, State: state, Connections: len(b.conns), Warm: len(b.warm), Served: b.served, DialFailed: b.failed,
+			Healthy: b.healthy, State: state, Connections: len(b.conns), Served: b.served, DialFailed: b.failed,
 			LastError: b.lastErr, LastChecked: b.lastChecked})
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -10,45 +10,17 @@ import (
 	"time"
 )
 
-// proxied is one client connection spliced to one member. Its upstream changes at most once
-// after it is attached: when a warm connection's member does not answer and the client's first
-// bytes are replayed on another.
+// proxied is one client connection spliced to one member.
 type proxied struct {
-	client net.Conn
-
-	mu       sync.Mutex
-	upstream net.Conn
-	closed   bool
-}
-
-// up is the current upstream connection.
-func (c *proxied) up() net.Conn {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.upstream
-}
-
-// setUpstream makes u the upstream (closing it at once if the connection was closed meanwhile).
-func (c *proxied) setUpstream(u net.Conn) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.upstream = u
-	if c.closed {
-		_ = u.Close()
-	}
+	client, upstream net.Conn
+	once             sync.Once
 }
 
 func (c *proxied) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	c.closed = true
-	_ = c.client.Close()
-	if c.upstream != nil {
+	c.once.Do(func() {
+		_ = c.client.Close()
 		_ = c.upstream.Close()
-	}
+	})
 }
 
 // serveProxy accepts client connections until ln is closed.
@@ -73,27 +45,6 @@ func (g *Gateway) serveProxy(ctx context.Context, ln net.Listener) {
 	}
 }
 
-// handle connects a client to a member and splices bytes both ways: on a warm connection to a
-// healthy member when one is ready (see warm.go), else through a dial race.
-func (g *Gateway) handle(ctx context.Context, client net.Conn) {
-	p := &proxied{client: client}
-	picked := g.pool.pick(nil)
-	if picked != nil && g.cfg.WarmConnections > 0 && g.pool.takeWarm(picked, p, time.Now()) != nil {
-		g.refillWarm(ctx, picked)
-		g.spliceWarm(ctx, p, picked)
-		return
-	}
-	// No warm connection to the member picked: it is dialled first (the rotation stays fair).
-	b := g.race(ctx, p, picked, nil)
-	if b == nil {
-		_ = client.Close()
-		return
-	}
-	g.refillWarm(ctx, b)
-	splice(p)
-	g.pool.detach(b, p)
-}
-
 // handle dials a member and splices bytes both ways. Dials race: while none has connected,
 // every hedgeDelay one more member joins (a member whose dial failed may be dialled again), and
 // the first to connect wins; a connection gives up after connectBudget. So a member that died a
@@ -101,11 +52,7 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 // unreachable until its own next keepalive) a fresh SYN to whichever member comes back first
 // wins. A failed dial marks its member unhealthy at once. Nothing is read from the client before
 // a member answers, so the race is invisible to it.
-//
-// race attaches the winner's connection to p and returns its member; nil when no member
-// answered within the budget. first: the member to dial first (already picked), if any; skip:
-// a member not to dial (one that just failed p).
-func (g *Gateway) race(ctx context.Context, p *proxied, first, skip *backend) *backend {
+func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 	type dialed struct {
 		b   *backend
 		c   net.Conn
@@ -114,9 +61,6 @@ func (g *Gateway) race(ctx context.Context, p *proxied, first, skip *backend) *b
 	inflight := map[Key]int{} // dials pending per member
 	busy := func(limit int) map[Key]bool {
 		m := map[Key]bool{}
-		if skip != nil {
-			m[skip.pub] = true
-		}
 		for k, n := range inflight {
 			if n >= limit {
 				m[k] = true
@@ -134,11 +78,7 @@ func (g *Gateway) race(ctx context.Context, p *proxied, first, skip *backend) *b
 		// A member with no pending dial first; else a second, fresh SYN to one whose first
 		// is still unanswered (a SYN lost before a NAT mapping came back is retried only at
 		// the stack's 1 s retransmission).
-		b := first
-		first = nil
-		if b == nil {
-			b = g.pool.pick(busy(1))
-		}
+		b := g.pool.pick(busy(1))
 		if b == nil {
 			b = g.pool.pick(busy(maxDialsPerMember))
 		}
@@ -155,7 +95,8 @@ func (g *Gateway) race(ctx context.Context, p *proxied, first, skip *backend) *b
 		}()
 		return true
 	}
-	var won *backend
+	var won *proxied
+	var wonB *backend
 	if start() {
 		hedge := time.NewTicker(g.cfg.HedgeDelay.Duration)
 		defer hedge.Stop()
@@ -170,8 +111,8 @@ func (g *Gateway) race(ctx context.Context, p *proxied, first, skip *backend) *b
 				if r.err != nil {
 					g.pool.dialFailed(r.b, r.err)
 					g.log.Info("dial to member failed; racing others", "node", r.b.node, "publicKey", r.b.pub.String(), "error", r.err.Error())
-				} else if g.pool.attach(r.b, p, r.c) {
-					won = r.b
+				} else if p := (&proxied{client: client, upstream: r.c}); g.pool.attach(r.b, p) {
+					won, wonB = p, r.b
 					continue
 				} else {
 					_ = r.c.Close() // quiesced while we dialled
@@ -200,9 +141,12 @@ func (g *Gateway) race(ctx context.Context, p *proxied, first, skip *backend) *b
 		}()
 	}
 	if won == nil {
-		g.log.V(1).Info("no member answered; closing the client connection", "client", p.client.RemoteAddr().String(), "attempts", attempts)
+		g.log.V(1).Info("no member answered; closing the client connection", "client", client.RemoteAddr().String(), "attempts", attempts)
+		_ = client.Close()
+		return
 	}
-	return won
+	splice(won)
+	g.pool.detach(wonB, won)
 }
 
 // connectBudget bounds one client connection's dial race, in dialTimeouts; a member has at most
