@@ -26,6 +26,10 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 	g.Expect(c.Health.ServerName).To(Equal("kubernetes"))
 	g.Expect(c.DialTimeout.Duration).To(Equal(time.Second))
 	g.Expect(c.DrainTimeout.Duration).To(Equal(30 * time.Second))
+	g.Expect(c.MaxProcs).To(Equal(1))
+	c, err = ParseGateway([]byte(good + "maxProcs: -1\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.MaxProcs).To(Equal(-1), "one per CPU stays -1 (the command leaves Go's default)")
 
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"unknown field", good + "bogus: 1\n", "unknown field"},
@@ -41,6 +45,7 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 		{"bad peer key", good + "peers: [{name: m1, publicKey: xyz}]\n", "peers[0].publicKey"},
 		{"dup peer", good + "peers: [{name: m1, publicKey: " + testPub + "}, {name: m1, publicKey: " + testPub + "}]\n", "peers[1].name: \"m1\" is listed twice"},
 		{"hedge after timeout", good + "hedgeDelay: 2s\n", "hedgeDelay: 2s is longer than dialTimeout"},
+		{"bad maxProcs", good + "maxProcs: -2\n", "maxProcs: -2 is out of range"},
 		{"bad fall", base + "health: {caFile: /c, fall: -1}\n", "health.fall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
