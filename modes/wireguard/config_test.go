@@ -64,8 +64,10 @@ func TestParseMemberDefaultsAndErrors(t *testing.T) {
 	g.Expect(c.PersistentKeepalive.Duration).To(Equal(time.Second))
 	g.Expect(c.Upstream).To(Equal("127.0.0.1:6443"))
 	g.Expect(c.TunnelPort).To(Equal(6443))
+	g.Expect(c.MaxProcs).To(Equal(1))
 
 	for _, tc := range []struct{ name, yaml, want string }{
+		{"bad maxProcs", good + "maxProcs: 5000\n", "maxProcs: 5000 is out of range"},
 		{"no gateways", "nodeName: a\ntokenFile: /t\n", "gateways: is empty"},
 		{"no token", "nodeName: a\ngateways: [{endpoint: \"h:1\"}]\n", "tokenFile: is empty"},
 		{"pinned needs key", "nodeName: a\ngateways: [{endpoint: \"h:1\", registration: \"0\"}]\n", "gateways[0].publicKey: is empty"},
