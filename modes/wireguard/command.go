@@ -140,9 +140,9 @@ func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubec
 	return g.Run(ctx, force)
 }
 
-// applyMaxProcs sets GOMAXPROCS from a gateway's or member's maxProcs (-1: leave Go's default), unless the
-// GOMAXPROCS environment variable is set. It is process-wide, so the command sets it, not
-// NewGateway or NewMember (tests run them inside their own process).
+// applyMaxProcs sets GOMAXPROCS from a gateway's or member's maxProcs (-1: leave Go's default),
+// unless the GOMAXPROCS environment variable is set. It is process-wide, so the command sets it,
+// not NewGateway or NewMember (tests run them inside their own process).
 func applyMaxProcs(n int, log logr.Logger) {
 	if env := os.Getenv("GOMAXPROCS"); env != "" {
 		log.Info("GOMAXPROCS from the environment; maxProcs ignored", "GOMAXPROCS", env, "maxProcs", n)

@@ -4,10 +4,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 )
 
@@ -207,4 +209,27 @@ func TestPoolForgetsSilentMembers(t *testing.T) {
 	_, removed := p.expired(now)
 	g.Expect(removed).To(ConsistOf(silent))
 	g.Expect(p.backends).To(HaveLen(3))
+}
+
+func TestApplyMaxProcs(t *testing.T) {
+	orig := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	for _, tc := range []struct {
+		name string
+		env  string
+		n    int
+		want int // after starting from 4
+	}{
+		{"default one thread", "", 1, 1},
+		{"explicit", "", 3, 3},
+		{"one per CPU leaves Go's default", "", -1, 4},
+		{"the environment wins", "4", 1, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOMAXPROCS", tc.env)
+			runtime.GOMAXPROCS(4)
+			applyMaxProcs(tc.n, testr.New(t))
+			NewWithT(t).Expect(runtime.GOMAXPROCS(0)).To(Equal(tc.want))
+		})
+	}
 }
