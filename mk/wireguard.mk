@@ -24,7 +24,9 @@ conntrack: ## Install conntrack (Debian package conntrack) for the WireGuard NAT
 TEST_DEPS += conntrack
 
 BENCH_WIREGUARD_TRIALS ?= 20
+# BENCH_WIREGUARD_SCENARIOS: all, none (path figures only: latency, throughput, RSS) or a comma list.
+BENCH_WIREGUARD_SCENARIOS ?= all
 bench-wireguard: nftables conntrack ## WireGuard benchmark (root): failover/quiesce/rotation per scenario, added latency, throughput, gateway RSS -> $BENCH_OUT (default _out/bench-wireguard.json)
 	@mkdir -p $(OUT)
 	BENCH_OUT=$(abspath $(or $(BENCH_OUT),$(OUT)/bench-wireguard.json)) \
-	  $(GO) run ./e2e/bench/wireguard -trials $(BENCH_WIREGUARD_TRIALS)
+	  $(GO) run ./e2e/bench/wireguard -trials $(BENCH_WIREGUARD_TRIALS) -scenarios $(BENCH_WIREGUARD_SCENARIOS)

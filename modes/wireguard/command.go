@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,7 @@ connections finish up to drainTimeout; a second one closes them at once.`,
 			if err != nil {
 				return err
 			}
+			applyMaxProcs(cfg.MaxProcs, log)
 			g, err := NewGateway(cfg, log)
 			if err != nil {
 				return err
@@ -86,6 +88,7 @@ Admin endpoints (admin.listen, default 127.0.0.1:7476): GET /status, /healthz; P
 			if err != nil {
 				return err
 			}
+			applyMaxProcs(cfg.MaxProcs, log)
 			m, err := NewMember(cfg, log)
 			if err != nil {
 				return err
@@ -127,12 +130,26 @@ func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubec
 	if err != nil {
 		return err
 	}
+	applyMaxProcs(cfg.MaxProcs, log)
 	g, err := NewGateway(cfg, log)
 	if err != nil {
 		return err
 	}
 	go sync.Run(ctx, g)
 	return g.Run(ctx, force)
+}
+
+// applyMaxProcs sets GOMAXPROCS from a gateway's or member's maxProcs (-1: leave Go's default),
+// unless the GOMAXPROCS environment variable is set. It is process-wide, so the command sets it,
+// not NewGateway or NewMember (tests run them inside their own process).
+func applyMaxProcs(n int, log logr.Logger) {
+	if env := os.Getenv("GOMAXPROCS"); env != "" {
+		log.Info("GOMAXPROCS from the environment; maxProcs ignored", "GOMAXPROCS", env, "maxProcs", n)
+		return
+	}
+	if n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 func newLogger(v int) logr.Logger {

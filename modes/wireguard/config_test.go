@@ -4,10 +4,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 )
 
@@ -26,6 +28,10 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 	g.Expect(c.Health.ServerName).To(Equal("kubernetes"))
 	g.Expect(c.DialTimeout.Duration).To(Equal(time.Second))
 	g.Expect(c.DrainTimeout.Duration).To(Equal(30 * time.Second))
+	g.Expect(c.MaxProcs).To(Equal(1))
+	c, err = ParseGateway([]byte(good + "maxProcs: -1\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.MaxProcs).To(Equal(-1), "one per CPU stays -1 (the command leaves Go's default)")
 
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"unknown field", good + "bogus: 1\n", "unknown field"},
@@ -41,6 +47,7 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 		{"bad peer key", good + "peers: [{name: m1, publicKey: xyz}]\n", "peers[0].publicKey"},
 		{"dup peer", good + "peers: [{name: m1, publicKey: " + testPub + "}, {name: m1, publicKey: " + testPub + "}]\n", "peers[1].name: \"m1\" is listed twice"},
 		{"hedge after timeout", good + "hedgeDelay: 2s\n", "hedgeDelay: 2s is longer than dialTimeout"},
+		{"bad maxProcs", good + "maxProcs: -2\n", "maxProcs: -2 is out of range"},
 		{"bad fall", base + "health: {caFile: /c, fall: -1}\n", "health.fall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,8 +66,10 @@ func TestParseMemberDefaultsAndErrors(t *testing.T) {
 	g.Expect(c.PersistentKeepalive.Duration).To(Equal(time.Second))
 	g.Expect(c.Upstream).To(Equal("127.0.0.1:6443"))
 	g.Expect(c.TunnelPort).To(Equal(6443))
+	g.Expect(c.MaxProcs).To(Equal(1))
 
 	for _, tc := range []struct{ name, yaml, want string }{
+		{"bad maxProcs", good + "maxProcs: 5000\n", "maxProcs: 5000 is out of range"},
 		{"no gateways", "nodeName: a\ntokenFile: /t\n", "gateways: is empty"},
 		{"no token", "nodeName: a\ngateways: [{endpoint: \"h:1\"}]\n", "tokenFile: is empty"},
 		{"pinned needs key", "nodeName: a\ngateways: [{endpoint: \"h:1\", registration: \"0\"}]\n", "gateways[0].publicKey: is empty"},
@@ -200,4 +209,27 @@ func TestPoolForgetsSilentMembers(t *testing.T) {
 	_, removed := p.expired(now)
 	g.Expect(removed).To(ConsistOf(silent))
 	g.Expect(p.backends).To(HaveLen(3))
+}
+
+func TestApplyMaxProcs(t *testing.T) {
+	orig := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	for _, tc := range []struct {
+		name string
+		env  string
+		n    int
+		want int // after starting from 4
+	}{
+		{"default one thread", "", 1, 1},
+		{"explicit", "", 3, 3},
+		{"one per CPU leaves Go's default", "", -1, 4},
+		{"the environment wins", "4", 1, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOMAXPROCS", tc.env)
+			runtime.GOMAXPROCS(4)
+			applyMaxProcs(tc.n, testr.New(t))
+			NewWithT(t).Expect(runtime.GOMAXPROCS(0)).To(Equal(tc.want))
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -57,6 +58,9 @@ type Result struct {
 	ProxyAddedLatencyUsP50 float64 `json:"proxy_added_latency_us_p50"`
 	DirectLatencyUsP50     float64 `json:"direct_latency_us_p50"`
 	GatewayLatencyUsP50    float64 `json:"gateway_latency_us_p50"`
+	// The fresh-connection request split into its phases, per path.
+	DirectPhasesUsP50  Phases `json:"direct_phases_us_p50"`
+	GatewayPhasesUsP50 Phases `json:"gateway_phases_us_p50"`
 	// The same on a kept-alive connection (the tunnel's per-request cost without handshakes).
 	ProxyAddedLatencyUsP50KeepAlive float64 `json:"proxy_added_latency_us_p50_keepalive"`
 	// One HTTPS stream through one gateway, and directly for comparison.
@@ -79,6 +83,7 @@ type Result struct {
 func main() {
 	trials := flag.Int("trials", 20, "trials per scenario")
 	out := flag.String("out", os.Getenv("BENCH_OUT"), "JSON output (default $BENCH_OUT or _out/bench-wireguard.json)")
+	only := flag.String("scenarios", "all", "comma-separated fault scenarios to run after the path figures (all, or none for latency/throughput/RSS only)")
 	flag.Parse()
 	if *out == "" {
 		*out = "_out/bench-wireguard.json"
@@ -87,13 +92,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-wireguard: needs root (network namespaces)")
 		os.Exit(1)
 	}
-	if err := run(*trials, *out); err != nil {
+	if err := run(*trials, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-wireguard:", err)
 		os.Exit(1)
 	}
 }
 
-func run(trials int, out string) error {
+func run(trials int, out, only string) error {
 	bins, cleanup, err := wglab.BuildBinaries()
 	if err != nil {
 		return err
@@ -115,6 +120,9 @@ func run(trials int, out string) error {
 		return fmt.Errorf("latency/throughput: %w", err)
 	}
 	for _, sc := range scenarios(w) {
+		if only != "all" && !slices.Contains(strings.Split(only, ","), sc.name) {
+			continue
+		}
 		s, err := runScenario(w, sc, trials)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)

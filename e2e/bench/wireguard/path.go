@@ -4,10 +4,13 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -48,9 +51,10 @@ func measurePath(w *wglab.Lab, res *Result) error {
 			return err
 		}
 		if ka {
-			res.ProxyAddedLatencyUsP50KeepAlive = g - d
+			res.ProxyAddedLatencyUsP50KeepAlive = g.total - d.total
 		} else {
-			res.DirectLatencyUsP50, res.GatewayLatencyUsP50, res.ProxyAddedLatencyUsP50 = d, g, g-d
+			res.DirectLatencyUsP50, res.GatewayLatencyUsP50, res.ProxyAddedLatencyUsP50 = d.total, g.total, g.total-d.total
+			res.DirectPhasesUsP50, res.GatewayPhasesUsP50 = d.phases, g.phases
 		}
 	}
 	// Memory after steady API-like traffic (the latency runs), then the peak after bulk transfers.
@@ -73,38 +77,93 @@ func measurePath(w *wglab.Lab, res *Result) error {
 		}
 		res.MemberPeakRSSMiB = max(res.MemberPeakRSSMiB, peak)
 	}
+	fmt.Fprintf(os.Stderr, "fresh connection p50 (us): connect/TLS/request direct %.0f/%.0f/%.0f, via gateway %.0f/%.0f/%.0f\n",
+		res.DirectPhasesUsP50.ConnectUs, res.DirectPhasesUsP50.TLSUs, res.DirectPhasesUsP50.RequestUs,
+		res.GatewayPhasesUsP50.ConnectUs, res.GatewayPhasesUsP50.TLSUs, res.GatewayPhasesUsP50.RequestUs)
 	fmt.Fprintf(os.Stderr, "latency p50: direct %.0f us, via gateway %.0f us (+%.0f us; keep-alive +%.0f us); throughput %.1f MiB/s (direct %.1f); gateway RSS %.1f MiB (after bulk %.1f, peak %.1f); member peak RSS %.1f MiB\n",
 		res.DirectLatencyUsP50, res.GatewayLatencyUsP50, res.ProxyAddedLatencyUsP50, res.ProxyAddedLatencyUsP50KeepAlive,
 		res.ThroughputMiBs, res.DirectThroughputMiBs, res.GatewayRSSMiB, res.GatewayRSSAfterBulkMiB, res.GatewayPeakRSSMiB, res.MemberPeakRSSMiB)
 	return nil
 }
 
+// Phases splits a request on a fresh connection (p50 of each, microseconds): the TCP connect
+// as the client sees it, the TLS handshake, and the request after it (written to first byte of
+// the response).
+type Phases struct {
+	ConnectUs float64 `json:"connect_us"`
+	TLSUs     float64 `json:"tls_handshake_us"`
+	RequestUs float64 `json:"request_us"`
+	TotalUs   float64 `json:"total_us"`
+}
+
+type sample struct{ connect, tls, request time.Duration }
+
+type pathLatency struct {
+	total  float64
+	phases Phases
+}
+
 // latency alternates requests on the two paths (so load on the machine hits both alike) and
-// returns each path's p50 in microseconds.
-func latency(direct, via *http.Client, n int) (float64, float64, error) {
-	var ds, gs []float64
+// returns each path's p50 in microseconds, with its phases.
+func latency(direct, via *http.Client, n int) (d, g pathLatency, err error) {
+	var ts [2][]float64
+	var ph [2][3][]float64
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 	for i := range n + 20 {
 		for j, c := range []*http.Client{direct, via} {
+			var s sample
 			t := time.Now()
-			if err := get(c, "https://api/name"); err != nil {
-				return 0, 0, err
+			if err := getTraced(c, "https://api/name", &s); err != nil {
+				return d, g, err
 			}
 			if i < 20 {
 				continue // warm-up
 			}
-			us := float64(time.Since(t).Nanoseconds()) / 1000
-			if j == 0 {
-				ds = append(ds, us)
-			} else {
-				gs = append(gs, us)
+			ts[j] = append(ts[j], us(time.Since(t)))
+			for k, v := range []time.Duration{s.connect, s.tls, s.request} {
+				if v > 0 {
+					ph[j][k] = append(ph[j][k], us(v))
+				}
 			}
 		}
 	}
-	return pct(ds, 50), pct(gs, 50), nil
+	out := [2]pathLatency{}
+	for j := range out {
+		out[j] = pathLatency{total: pct(ts[j], 50), phases: Phases{ConnectUs: pct(ph[j][0], 50), TLSUs: pct(ph[j][1], 50),
+			RequestUs: pct(ph[j][2], 50), TotalUs: pct(ts[j], 50)}}
+	}
+	return out[0], out[1], nil
+}
+
+// getTraced is get, noting the phases of the request in s.
+func getTraced(c *http.Client, url string, s *sample) error {
+	var connStart, tlsStart, wrote time.Time
+	tr := &httptrace.ClientTrace{
+		ConnectStart:         func(string, string) { connStart = time.Now() },
+		ConnectDone:          func(string, string, error) { s.connect = time.Since(connStart) },
+		TLSHandshakeStart:    func() { tlsStart = time.Now() },
+		TLSHandshakeDone:     func(tls.ConnectionState, error) { s.tls = time.Since(tlsStart) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Now() },
+		GotFirstResponseByte: func() { s.request = time.Since(wrote) },
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), tr), http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	return do(c, req)
 }
 
 func get(c *http.Client, url string) error {
-	resp, err := c.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	return do(c, req)
+}
+
+func do(c *http.Client, req *http.Request) error {
+	url := req.URL.String()
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
