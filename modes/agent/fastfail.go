@@ -6,40 +6,38 @@ import (
 	"github.com/caplb/caplb/modes/election"
 )
 
-// lastAnswerer is implemented by election.Membership: when a member last
-// answered this member's direct pings.
-type lastAnswerer interface {
-	LastAnswer(name string) time.Time
+// answerRecorder is implemented by election.Membership: each member's
+// answers to this member's direct pings.
+type answerRecorder interface {
+	Answers(name string) election.Answers
 }
 
-// silentHolderAfter: a holder that has not answered our direct pings (sent
-// every probeInterval, three tries of probeTimeout each) for this long is
-// reported silent in our gossiped metadata.
-func silentHolderAfter(c *Config) time.Duration { return 2 * c.Election.ProbeInterval.Duration }
+var _ answerRecorder = (*election.Membership)(nil)
 
 // silentHolder returns the other member that gossip shows holding the VIPs
-// and that has not answered our direct pings for silentHolderAfter, "" if
-// none. Like memberlist's Lifeguard awareness, a member reports silence only
-// while every other alive member answers it: if they are silent too, the
-// likely culprit is this member (starved of CPU, or its own link), and
-// gossip's slower verdict decides.
+// and that is silent to our direct pings (election.Answers.Silent: no
+// answer for two probe intervals, and one answer after that does not end
+// the silence), "" if none. Like memberlist's Lifeguard awareness, a member
+// reports silence only while every other alive member answers it: if they
+// are silent too, the likely culprit is this member (starved of CPU, or its
+// own link), and gossip's slower verdict decides.
 func (a *Agent) silentHolder(v election.View, now time.Time) string {
-	la, ok := a.ml.(lastAnswerer)
+	rec, ok := a.ml.(answerRecorder)
 	if !ok {
 		return ""
 	}
-	after := silentHolderAfter(a.cfg)
+	probe := a.cfg.Election.ProbeInterval.Duration
 	silent := ""
 	for _, m := range v.Members {
 		if m.Name == a.cfg.NodeName || !m.Alive {
 			continue
 		}
-		at := la.LastAnswer(m.Name)
-		quiet := !at.IsZero() && now.Sub(at) >= after
+		ans := rec.Answers(m.Name)
+		quiet := ans.Silent(now, probe)
 		switch {
 		case m.Meta.Holding && quiet && silent == "":
 			silent = m.Name
-		case !m.Meta.Holding && (at.IsZero() || now.Sub(at) >= after):
+		case !m.Meta.Holding && (!ans.Heard() || quiet):
 			return "" // we are not hearing the others either
 		}
 	}
@@ -49,7 +47,7 @@ func (a *Agent) silentHolder(v election.View, now time.Time) string {
 // dropSilentHolders marks as dead, in v, a holder that a majority of the
 // configured members (this one included, the holder excluded) reports
 // silent: each of them has had no direct answer from it for
-// silentHolderAfter. That is memberlist's own verdict (direct and indirect
+// election.SilentAfter. That is memberlist's own verdict (direct and indirect
 // probes unanswered) without its suspicion timeout (suspicionMult x
 // probeInterval, 200 ms at the defaults), which was the largest single term
 // of a failover (docs/benchmarks.md, "Where the time goes"). The holder,

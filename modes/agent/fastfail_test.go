@@ -10,17 +10,19 @@ import (
 	"github.com/caplb/caplb/modes/election"
 )
 
-// answerML adds direct-ping answer times to fakeML.
+// answerML adds direct-ping answer times to fakeML: at holds each member's
+// latest answer, resumed the first after a silence.
 type answerML struct {
 	*fakeML
-	mu sync.Mutex
-	at map[string]time.Time
+	mu      sync.Mutex
+	at      map[string]time.Time
+	resumed map[string]time.Time
 }
 
-func (f *answerML) LastAnswer(name string) time.Time {
+func (f *answerML) Answers(name string) election.Answers {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.at[name]
+	return election.Answers{Last: f.at[name], Resumed: f.resumed[name]}
 }
 
 // TestSilentHolder: a holder silent to us alone is reported (Meta.Silent)
@@ -30,7 +32,7 @@ func (f *answerML) LastAnswer(name string) time.Time {
 func TestSilentHolder(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, _, _ := newTestAgent(t, 1) // members: b, self, c
-	am := &answerML{fakeML: ml, at: map[string]time.Time{}}
+	am := &answerML{fakeML: ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
 	a.ml = am
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
 	t0 := time.Now()
@@ -52,7 +54,7 @@ func TestSilentHolder(t *testing.T) {
 	g.Expect(a.holding).To(BeTrue(), "a majority reports the holder silent: claim")
 
 	a2, ml2, _, _ := newTestAgent(t, 1)
-	am2 := &answerML{fakeML: ml2, at: map[string]time.Time{}}
+	am2 := &answerML{fakeML: ml2, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
 	a2.ml = am2
 	ml2.set(0, true, election.Meta{Eligible: true, Holding: true})
 	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
@@ -61,6 +63,49 @@ func TestSilentHolder(t *testing.T) {
 	a2.step(now.Add(-600 * time.Millisecond))
 	a2.step(now)
 	g.Expect(ml2.self.Silent).To(BeEmpty(), "the holder answered 150 ms ago")
+	g.Expect(a2.holding).To(BeFalse())
+}
+
+// TestSilentHolderFlap: a holder whose link comes up for a moment between
+// two downs answers one ping; that answer does not end its silence, so the
+// majority's reports stand and the next member claims on the clock the
+// first down started (before, the one answer reset every observer's clock:
+// a whole detection more after the second down). A holder that is really
+// back answers the next round too, and is no longer reported.
+func TestSilentHolderFlap(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, _, _ := newTestAgent(t, 1) // members: b, self, c
+	am := &answerML{fakeML: ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
+	a.ml = am
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	t0 := time.Now()
+	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
+	a.step(t0)
+	a.step(t0.Add(500 * time.Millisecond)) // settled, b silent for 500 ms
+	g.Expect(ml.self.Silent).To(Equal("b"))
+	g.Expect(a.holding).To(BeFalse(), "only this member reports the holder silent so far")
+
+	// b's link is up for a moment: one ping gets through, to us and to c.
+	blip := t0.Add(560 * time.Millisecond)
+	am.at["b"], am.resumed["b"] = blip, blip
+	am.at["c"] = blip
+	ml.set(1, true, election.Meta{Eligible: true, Silent: "b"}) // c still reports b
+	a.step(blip.Add(5 * time.Millisecond))
+	g.Expect(ml.self.Silent).To(Equal("b"), "one answer after a silence does not end it")
+	g.Expect(a.holding).To(BeTrue(), "a majority still reports the holder silent: claim")
+
+	// A holder that is really back answers the next ping round too.
+	a2, ml2, _, _ := newTestAgent(t, 1)
+	am2 := &answerML{fakeML: ml2, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
+	a2.ml = am2
+	ml2.set(0, true, election.Meta{Eligible: true, Holding: true})
+	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
+	now := time.Now()
+	am2.at["c"] = now
+	am2.resumed["b"], am2.at["b"] = now.Add(-100*time.Millisecond), now
+	a2.step(now.Add(-600 * time.Millisecond))
+	a2.step(now)
+	g.Expect(ml2.self.Silent).To(BeEmpty(), "the holder answered two rounds since its silence")
 	g.Expect(a2.holding).To(BeFalse())
 }
 

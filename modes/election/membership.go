@@ -101,9 +101,8 @@ type Membership struct {
 	// owner's contact look older or younger than it is.
 	base        time.Time
 	confirmedAt atomic.Int64
-	// answeredAt: member name -> time.Time (monotonic) of its last answer to a
-	// direct ping (see LastAnswer in contact.go).
-	answeredAt sync.Map
+	// answers: each member's answers to direct pings (see contact.go).
+	answers answerBook
 
 	bcast *memberlist.TransmitLimitedQueue
 
@@ -319,7 +318,7 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 			// Three tries: one lost UDP packet must not veto a claim.
 			for i := 0; i < 3; i++ {
 				if _, err := m.ml.Ping(name, addr); err == nil {
-					m.answeredAt.Store(name, time.Now())
+					m.answers.record(name, time.Now(), m.cfg.ProbeInterval)
 					answers <- true
 					return
 				}
