@@ -73,35 +73,18 @@ type Result struct {
 	GatewayRSSAfterBulkMiB float64 `json:"gateway_rss_after_bulk_mib"`
 	GatewayPeakRSSMiB      float64 `json:"gateway_peak_rss_mib"`
 	// The largest member process (caplb-agent wireguard) peak, after the same runs.
-	MemberPeakRSSMiB float64 `json:"member_peak_rss_mib"`
-	// Gateways: every gateway's own figures (-every-gateway).
-	Gateways    map[string]*GatewayPath `json:"gateways,omitempty"`
-	Started     time.Time               `json:"started"`
-	Cores       int                     `json:"cores"`
-	Workers     int                     `json:"workers"`
-	LoadAverage string                  `json:"load_average_at_start"`
+	MemberPeakRSSMiB float64   `json:"member_peak_rss_mib"`
+	Started          time.Time `json:"started"`
+	Cores            int       `json:"cores"`
+	Workers          int       `json:"workers"`
+	LoadAverage      string    `json:"load_average_at_start"`
 }
-
-var gatewayExtra string
 
 func main() {
 	trials := flag.Int("trials", 20, "trials per scenario")
 	out := flag.String("out", os.Getenv("BENCH_OUT"), "JSON output (default $BENCH_OUT or _out/bench-wireguard.json)")
 	only := flag.String("scenarios", "all", "comma-separated fault scenarios to run after the path figures (all, or none for latency/throughput/RSS only)")
-	every := flag.Bool("every-gateway", false, "measure latency and throughput through every gateway, interleaved, not only gw1")
-	devs := flag.String("gateway-device", "", "wireguard.device per gateway, e.g. gw1=tun (default netstack)")
-	extra := flag.String("gateway-extra", "", "YAML appended to both gateways' configs (temporary)")
 	flag.Parse()
-	gatewayExtra = *extra
-	devices := map[string]string{}
-	for _, kv := range strings.Split(*devs, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			devices[k] = v
-		} else if kv != "" {
-			fmt.Fprintf(os.Stderr, "bench-wireguard: -gateway-device %q: want gateway=device\n", kv)
-			os.Exit(2)
-		}
-	}
 	if *out == "" {
 		*out = "_out/bench-wireguard.json"
 	}
@@ -109,13 +92,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-wireguard: needs root (network namespaces)")
 		os.Exit(1)
 	}
-	if err := run(*trials, *out, *only, *every, devices); err != nil {
+	if err := run(*trials, *out, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-wireguard:", err)
 		os.Exit(1)
 	}
 }
 
-func run(trials int, out, only string, every bool, devices map[string]string) error {
+func run(trials int, out, only string) error {
 	bins, cleanup, err := wglab.BuildBinaries()
 	if err != nil {
 		return err
@@ -126,14 +109,14 @@ func run(trials int, out, only string, every bool, devices map[string]string) er
 		return err
 	}
 	defer l.Close()
-	w, err := wglab.Start(l, bins, wglab.Options{GatewayDevice: devices, GatewayExtra: gatewayExtra})
+	w, err := wglab.Start(l, bins, wglab.Options{})
 	if err != nil {
 		return err
 	}
 	la, _ := os.ReadFile("/proc/loadavg")
 	res := &Result{Scenarios: map[string]*Scenario{}, Started: time.Now().UTC(), Workers: workers, Cores: numCPU(),
 		LoadAverage: strings.TrimSpace(string(la))}
-	if err := measurePath(w, res, every, devices); err != nil {
+	if err := measurePath(w, res); err != nil {
 		return fmt.Errorf("latency/throughput: %w", err)
 	}
 	for _, sc := range scenarios(w) {

@@ -69,9 +69,6 @@ type Options struct {
 	Members int // default 3
 	// GatewayExtra / MemberExtra are appended to the generated YAML configs (overrides).
 	GatewayExtra, MemberExtra string
-	// GatewayDevice sets wireguard.device per gateway name (default netstack); a tun
-	// gateway's interface is named wg-<gateway>.
-	GatewayDevice map[string]string
 }
 
 // Lab is the running WireGuard lab.
@@ -131,19 +128,12 @@ func Start(l *lab.Lab, bins Binaries, o Options) (*Lab, error) {
 	for _, g := range w.Gateways {
 		dir := filepath.Join(l.Dir(), g.Name)
 		g.cfg = filepath.Join(dir, "gateway.yaml")
-		dev := ""
-		if d := o.GatewayDevice[g.Name]; d != "" {
-			dev = fmt.Sprintf("  device: %s\n", d)
-			if d == wireguard.DeviceTUN {
-				dev += fmt.Sprintf("  deviceName: wg-%s\n", g.Name)
-			}
-		}
 		y := fmt.Sprintf(`name: %s
 listen: "%s:%d"
 wireguard:
   listenPort: %d
   privateKeyFile: %s/gateway.key
-%sregistration:
+registration:
   listen: "%s:%d"
   tokenFile: %s
 stateFile: %s/state.json
@@ -151,7 +141,7 @@ health:
   caFile: %s
 admin:
   listen: "%s"
-`, g.Name, g.Addr, APIPort, WGPort, dir, dev, g.Addr, RegPort, token, dir, ca.File, GWAdmin) + o.GatewayExtra
+`, g.Name, g.Addr, APIPort, WGPort, dir, g.Addr, RegPort, token, dir, ca.File, GWAdmin) + o.GatewayExtra
 		if err := writeFile(g.cfg, y); err != nil {
 			return nil, err
 		}
