@@ -111,10 +111,25 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 			return n
 		}
 	}
+	streamOn := func(node string, since time.Time) func() bool {
+		return func() bool {
+			for _, s := range p.Samples() {
+				if s.OK && s.Node == node && s.Kind == Stream && s.Event && !s.At.Before(since) {
+					return true
+				}
+			}
+			return false
+		}
+	}
 	rec.Step("VIP to n1")
 	take("n1")
 	g.Eventually(answers("n1", time.Time{})).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 50))
 	from := time.Now()
+	// The summary starts here: n1 must be seen answering in it, and the
+	// stream (whose first open failed while nobody held the VIP) must be
+	// open on n1, for the hand-over to have something to interrupt.
+	g.Eventually(answers("n1", from)).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 5))
+	g.Eventually(streamOn("n1", from)).WithTimeout(10 * time.Second).Should(BeTrue())
 
 	rec.Step("hand over to n2")
 	rec.ReplacementStart(1)
@@ -124,6 +139,10 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	drop("n1")
 	rec.ReplacementEnd(1)
 	g.Eventually(answers("n2", time.Now())).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 50))
+	// The stream to n1 ends by a reset or, when nothing of the client's
+	// reaches n2 to draw one, by the stall watchdog (StallAfter); either
+	// way the Prober opens it again, on n2.
+	g.Eventually(streamOn("n2", moved)).WithTimeout(10 * time.Second).Should(BeTrue())
 	p.Stop()
 	rec.Stop()
 
