@@ -362,6 +362,28 @@ func TestLoopbackGatewayStopLetsOpenConnectionsFinish(t *testing.T) {
 	g.Eventually(l.gatewayDone, time.Second).Should(BeClosed())
 }
 
+// TestLoopbackStoppingGatewayDialsNothing: a client connection accepted as
+// the gateway stops (its context cancelled) is closed at once. Before, every
+// dial failed at once with the cancelled context, marked the member
+// unhealthy, and the race (which falls back to unhealthy members) dialled
+// again, spinning for the whole connect budget (3 dial timeouts).
+func TestLoopbackStoppingGatewayDialsNothing(t *testing.T) {
+	g := NewWithT(t)
+	l := startLoopLab(t)
+	l.startMember(t, "m1", l.startStandin(t, "m1"))
+	g.Eventually(func() bool { return l.healthy("m1") }, 20*time.Second, 50*time.Millisecond).Should(BeTrue())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	client, peer := net.Pipe()
+	defer peer.Close()
+	start := time.Now()
+	l.gw.handle(ctx, client)
+	g.Expect(time.Since(start)).To(BeNumerically("<", 500*time.Millisecond), "no dial race on a stopping gateway")
+	g.Expect(l.healthy("m1")).To(BeTrue(), "a cancelled dial is not the member's failure")
+	_, err := peer.Read(make([]byte, 1))
+	g.Expect(err).To(HaveOccurred(), "the client connection is closed")
+}
+
 func TestLoopbackIPv4Tunnel(t *testing.T) {
 	g := NewWithT(t)
 	l := startLoopLabPrefix(t, "10.250.0.0/16")

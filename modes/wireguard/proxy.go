@@ -72,7 +72,9 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 	deadline := time.Now().Add(connectBudget * g.cfg.DialTimeout.Duration)
 	attempts := 0
 	start := func() bool {
-		if !time.Now().Before(deadline) {
+		// A stopping gateway starts no dial: each would fail at once with the cancelled
+		// context, and the race would spin through them until the deadline.
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			return false
 		}
 		// A member with no pending dial first; else a second, fresh SYN to one whose first
@@ -108,14 +110,15 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 				if inflight[r.b.pub]--; inflight[r.b.pub] == 0 {
 					delete(inflight, r.b.pub)
 				}
-				if r.err != nil {
+				if r.err == nil {
+					if p := (&proxied{client: client, upstream: r.c}); g.pool.attach(r.b, p) {
+						won, wonB = p, r.b
+						continue
+					}
+					_ = r.c.Close() // quiesced while we dialled
+				} else if ctx.Err() == nil { // else cancelled by the gateway's stop: not the member's fault
 					g.pool.dialFailed(r.b, r.err)
 					g.log.Info("dial to member failed; racing others", "node", r.b.node, "publicKey", r.b.pub.String(), "error", r.err.Error())
-				} else if p := (&proxied{client: client, upstream: r.c}); g.pool.attach(r.b, p) {
-					won, wonB = p, r.b
-					continue
-				} else {
-					_ = r.c.Close() // quiesced while we dialled
 				}
 				if len(inflight) == 0 {
 					start()
@@ -133,7 +136,9 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 			for range n {
 				r := <-results
 				if r.err != nil {
-					g.pool.dialFailed(r.b, r.err)
+					if ctx.Err() == nil {
+						g.pool.dialFailed(r.b, r.err)
+					}
 				} else {
 					_ = r.c.Close()
 				}
