@@ -25,16 +25,24 @@ func (f *answerML) Answers(name string) election.Answers {
 	return election.Answers{Last: f.at[name], Resumed: f.resumed[name]}
 }
 
+// newAnswerAgent is newTestAgent (members b, self, c) with direct-ping
+// answers, and b gossiping that it holds the VIP.
+func newAnswerAgent(t *testing.T) (*Agent, *fakeML, *answerML) {
+	t.Helper()
+	a, ml, _, _ := newTestAgent(t, 1)
+	am := &answerML{fakeML: ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
+	a.ml = am
+	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	return a, ml, am
+}
+
 // TestSilentHolder: a holder silent to us alone is reported (Meta.Silent)
 // but not dropped; once a majority reports it silent, the next member claims
 // without waiting for gossip to declare the holder dead; a holder that
 // answers again is not reported.
 func TestSilentHolder(t *testing.T) {
 	g := NewWithT(t)
-	a, ml, _, _ := newTestAgent(t, 1) // members: b, self, c
-	am := &answerML{fakeML: ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
-	a.ml = am
-	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	a, ml, am := newAnswerAgent(t) // members: b, self, c
 	t0 := time.Now()
 	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
 	a.step(t0)
@@ -53,10 +61,7 @@ func TestSilentHolder(t *testing.T) {
 	g.Expect(ml.self.Silent).To(Equal("b"))
 	g.Expect(a.holding).To(BeTrue(), "a majority reports the holder silent: claim")
 
-	a2, ml2, _, _ := newTestAgent(t, 1)
-	am2 := &answerML{fakeML: ml2, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
-	a2.ml = am2
-	ml2.set(0, true, election.Meta{Eligible: true, Holding: true})
+	a2, ml2, am2 := newAnswerAgent(t)
 	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
 	now := time.Now()
 	am2.at["b"], am2.at["c"] = now.Add(-150*time.Millisecond), now
@@ -74,10 +79,7 @@ func TestSilentHolder(t *testing.T) {
 // back answers the next round too, and is no longer reported.
 func TestSilentHolderFlap(t *testing.T) {
 	g := NewWithT(t)
-	a, ml, _, _ := newTestAgent(t, 1) // members: b, self, c
-	am := &answerML{fakeML: ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
-	a.ml = am
-	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
+	a, ml, am := newAnswerAgent(t) // members: b, self, c
 	t0 := time.Now()
 	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
 	a.step(t0)
@@ -95,10 +97,7 @@ func TestSilentHolderFlap(t *testing.T) {
 	g.Expect(a.holding).To(BeTrue(), "a majority still reports the holder silent: claim")
 
 	// A holder that is really back answers the next ping round too.
-	a2, ml2, _, _ := newTestAgent(t, 1)
-	am2 := &answerML{fakeML: ml2, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
-	a2.ml = am2
-	ml2.set(0, true, election.Meta{Eligible: true, Holding: true})
+	a2, ml2, am2 := newAnswerAgent(t)
 	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
 	now := time.Now()
 	am2.at["c"] = now

@@ -16,9 +16,9 @@ func SilentAfter(probeInterval time.Duration) time.Duration { return 2 * probeIn
 type Answers struct {
 	// Last is the latest answer, zero if the member never answered.
 	Last time.Time
-	// Resumed is the first answer after a silence (no answer for
-	// SilentAfter), zero if the member has answered without such a gap
-	// since its first answer.
+	// Resumed is the first answer after the latest silence (no answer for
+	// SilentAfter), zero if the member has had no such silence since its
+	// first answer.
 	Resumed time.Time
 }
 
@@ -29,10 +29,12 @@ func (a Answers) Heard() bool { return !a.Last.IsZero() }
 // now: no answer for SilentAfter, or answers that resumed after a silence
 // but have not yet spanned half a probe interval. One answer does not end a
 // silence: a link that comes up for a moment between two downs (a flap)
-// lets one ping through, and if that answer ended the silence every
-// observer's clock would start over from the second down, a whole
-// detection later than the first down had put them (docs/benchmarks.md,
-// ARP, link_flap). A member that is back answers the next ping round too.
+// lets one ping through while the holder's gossip still says it holds the
+// VIP (its release reached nobody); if that answer ended the silence, a
+// successor that had claimed would yield to it, and observers that had not
+// would start over from the second down (docs/benchmarks.md, ARP,
+// link_flap). A member that is back answers the next ping round too, by
+// when its fresh gossip has arrived.
 func (a Answers) Silent(now time.Time, probeInterval time.Duration) bool {
 	if !a.Heard() {
 		return false
