@@ -292,26 +292,37 @@ func (a *Agent) step(now time.Time) {
 
 // redirectFromPrevious, when claiming the VIPs from a member that still
 // holds them (a graceful hand-over: it drains after we announce), asks the
-// data plane to forward that member's flows to it for the drain window.
+// data plane to forward that member's flows to it for the drain window. The
+// holder may be outside the roster: a member the latest version removed
+// drains the same way, and a handshake whose SYN reached it before the
+// neighbours' caches flipped would otherwise get a RST from us.
 func (a *Agent) redirectFromPrevious(v election.View) {
 	r, ok := a.dp.(handoverRedirector)
 	if !ok || a.cfg.Mode == ModeBGP {
 		return
 	}
-	for _, m := range v.Members {
+	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
 		if m.Name == a.cfg.NodeName || !m.Alive || !m.Meta.Holding {
 			continue
 		}
-		for _, mc := range a.cfg.Members {
-			if mc.Name != m.Name {
-				continue
-			}
+		if addr := a.memberAddress(m); addr.IsValid() {
+			r.HandOverFrom(a.vips, addr, a.cfg.Quiesce.Drain.Duration+handoverRedirectMargin)
+		}
+		return
+	}
+}
+
+// memberAddress is m's node address: the configured one when m is in the
+// static member list, else what the membership knows.
+func (a *Agent) memberAddress(m election.MemberView) netip.Addr {
+	for _, mc := range a.cfg.Members {
+		if mc.Name == m.Name {
 			if addr, err := netip.ParseAddr(mc.Address); err == nil {
-				r.HandOverFrom(a.vips, addr, a.cfg.Quiesce.Drain.Duration+handoverRedirectMargin)
+				return addr
 			}
-			return
 		}
 	}
+	return m.Address
 }
 
 // decide returns whether this node should hold the VIPs and why.

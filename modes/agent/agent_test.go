@@ -343,14 +343,20 @@ func (d *redirectDP) HandOverFrom(_ []netip.Addr, prev netip.Addr, window time.D
 // previous holder asks nothing.
 func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		bHolding   bool
-		wantRedir  []netip.Addr
-		wantWindow time.Duration
+		name           string
+		bHolding       bool
+		removedHolding bool
+		wantRedir      []netip.Addr
+		wantWindow     time.Duration
 	}{
 		{name: "hand-over from b", bHolding: true, wantRedir: []netip.Addr{netip.MustParseAddr("192.0.2.2")},
 			wantWindow: 500*time.Millisecond + handoverRedirectMargin},
 		{name: "nobody held the VIPs", bHolding: false},
+		// The latest membership version removed the holder: it drains outside
+		// the roster, known only to gossip (found by TestMembershipLifecycle:
+		// a handshake whose SYN reached the removed holder got a RST here).
+		{name: "hand-over from a removed member", removedHolding: true,
+			wantRedir: []netip.Addr{netip.MustParseAddr("192.0.2.9")}, wantWindow: 500*time.Millisecond + handoverRedirectMargin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -358,6 +364,12 @@ func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
 			dp := &redirectDP{fakeDP: fdp}
 			a.dp = dp
 			ml.set(0, true, election.Meta{Eligible: false, Holding: tc.bHolding, Quiescing: true})
+			if tc.removedHolding {
+				ml.mu.Lock()
+				ml.outside = []election.MemberView{{Name: "removed", Alive: true, Address: netip.MustParseAddr("192.0.2.9"),
+					Meta: election.Meta{Holding: true, Quiescing: true}}}
+				ml.mu.Unlock()
+			}
 			t0 := time.Now()
 			for i := 0; i < 100 && !a.holding; i++ {
 				a.step(t0.Add(time.Duration(i) * 50 * time.Millisecond))

@@ -21,6 +21,7 @@ package election
 
 import (
 	"fmt"
+	"net/netip"
 )
 
 // Meta is what each member gossips about itself.
@@ -52,6 +53,9 @@ type MemberView struct {
 	// left, and known at all).
 	Alive bool
 	Meta  Meta
+	// Address is the member's node address: from the roster for members, from
+	// gossip for others (a removed member still handing over is only there).
+	Address netip.Addr
 	// Joining: the member the latest membership version added, not seen
 	// alive yet (a machine still booting). It does not count in the
 	// quorum that keeps an owner holding, so adding a member never makes

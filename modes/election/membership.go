@@ -228,7 +228,7 @@ func (m *Membership) View() View {
 	in := map[string]bool{}
 	for _, c := range r.Members {
 		in[c.Name] = true
-		mv := MemberView{Name: c.Name, Joining: c.Name == joining}
+		mv := MemberView{Name: c.Name, Joining: c.Name == joining, Address: c.Address}
 		if c.Name == m.cfg.Self {
 			mv.Alive, mv.Meta = true, selfMeta
 			v.Member = true
@@ -242,7 +242,7 @@ func (m *Membership) View() View {
 		if in[name] || name == m.cfg.Self {
 			continue
 		}
-		mv := MemberView{Name: name, Alive: true}
+		mv := MemberView{Name: name, Alive: true, Address: n.addr}
 		_ = json.Unmarshal(n.meta, &mv.Meta)
 		v.Others = append(v.Others, mv)
 	}
