@@ -63,9 +63,15 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 	}
 	pub := priv.PublicKey()
 	addr := TunnelAddress(prefix, pub)
-	tun, err := OpenTunnel(priv, addr, cfg.WireGuard.ListenPort, cfg.WireGuard.MTU, log.WithName("wireguard"))
+	w := cfg.WireGuard
+	var tun *Tunnel
+	if w.Device == DeviceTUN {
+		tun, err = OpenKernelTunnel(priv, prefix, addr, w.DeviceName, w.ListenPort, w.MTU, log.WithName("wireguard"))
+	} else {
+		tun, err = OpenTunnel(priv, addr, w.ListenPort, w.MTU, log.WithName("wireguard"))
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("wireguard.device %s: %w", w.Device, err)
 	}
 	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun,
 		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile},
@@ -76,7 +82,7 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 			if err != nil {
 				return nil, err
 			}
-			return tun.Net.DialContextTCPAddrPort(ctx, ap)
+			return tun.DialTCP(ctx, ap)
 		},
 		TLSClientConfig:   tlsCfg,
 		DisableKeepAlives: true, // every check dials afresh: a check that reuses a connection proves less
@@ -155,7 +161,7 @@ func (g *Gateway) Run(ctx, force context.Context) error {
 		servers = append(servers, srv)
 	}
 	g.log.Info("gateway up", "name", g.cfg.Name, "listen", ln.Addr().String(), "publicKey", g.pub.String(),
-		"tunnelAddress", g.tun.Addr.String(), "wireguardPort", g.cfg.WireGuard.ListenPort, "members", len(g.pool.status()))
+		"tunnelAddress", g.tun.Addr.String(), "wireguardPort", g.cfg.WireGuard.ListenPort, "device", g.cfg.WireGuard.Device, "members", len(g.pool.status()))
 
 	close(g.ready)
 	var wg sync.WaitGroup

@@ -5,6 +5,7 @@
 package wglab
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -69,6 +70,8 @@ type Options struct {
 	Members int // default 3
 	// GatewayExtra / MemberExtra are appended to the generated YAML configs (overrides).
 	GatewayExtra, MemberExtra string
+	StandinListen             string
+	GatewayWG                 string
 }
 
 // Lab is the running WireGuard lab.
@@ -133,7 +136,7 @@ listen: "%s:%d"
 wireguard:
   listenPort: %d
   privateKeyFile: %s/gateway.key
-registration:
+`+o.GatewayWG+`registration:
   listen: "%s:%d"
   tokenFile: %s
 stateFile: %s/state.json
@@ -173,7 +176,7 @@ admin:
 			return nil, err
 		}
 		m.Standin, err = m.NS.Start(m.Name+"-apiserver", []string{bins.Standin, "-name", m.Name, "-listen",
-			fmt.Sprintf("127.0.0.1:%d", APIPort), "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
+			cmp.Or(o.StandinListen, fmt.Sprintf("127.0.0.1:%d", APIPort)), "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
 		if err != nil {
 			return nil, err
 		}
