@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -96,20 +95,7 @@ type GatewayWireGuard struct {
 	TunnelPrefix string `json:"tunnelPrefix,omitempty"`
 	// MTU of the tunnel. Default 1420.
 	MTU int `json:"mtu,omitempty"`
-	// Device carries the tunnel's TCP connections: "netstack" (default; gVisor's TCP stack in
-	// the process, no root, nothing on the host) or "tun" (Linux: a TUN interface DeviceName
-	// with the tunnel address, so the host's TCP stack does the work; needs CAP_NET_ADMIN, and
-	// the host's sockets listening on all addresses become reachable from the members).
-	Device string `json:"device,omitempty"`
-	// DeviceName of the TUN interface (device tun), at most 15 bytes. Default caplb-wg0.
-	DeviceName string `json:"deviceName,omitempty"`
 }
-
-// Tunnel devices (wireguard.device).
-const (
-	DeviceNetstack = "netstack"
-	DeviceTUN      = "tun"
-)
 
 // GatewayRegistration is the members' registration endpoint (HTTP, HMAC-authenticated with the
 // join token in both directions; see docs/backends/wireguard.md).
@@ -181,13 +167,6 @@ type MemberConfig struct {
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
 	// MTU of the tunnel. Default 1420.
 	MTU int `json:"mtu,omitempty"`
-	// Device (prototype, measured and reverted): "tun" puts the member's tunnel on a TUN
-	// interface DeviceName with the tunnel address, so the gateways' connections reach the API
-	// server through the node's own TCP stack with no proxy (tunnelPort must be the API
-	// server's port and it must listen on all addresses). Single generation only: no key
-	// rotation, no packet filter.
-	Device     string `json:"device,omitempty"`
-	DeviceName string `json:"deviceName,omitempty"`
 	// MaxProcs: GOMAXPROCS of the member process, as the gateway's maxProcs. Default 1; -1: one
 	// per CPU. The GOMAXPROCS environment variable, when set, wins.
 	MaxProcs int `json:"maxProcs,omitempty"`
@@ -270,10 +249,6 @@ func (c *GatewayConfig) Default() {
 	defStr(&w.PrivateKeyFile, "/var/lib/caplb/wireguard/gateway.key")
 	defStr(&w.TunnelPrefix, DefaultTunnelPrefix)
 	defInt(&w.MTU, 1420)
-	defStr(&w.Device, DeviceNetstack)
-	if w.Device == DeviceTUN {
-		defStr(&w.DeviceName, "caplb-wg0")
-	}
 	defStr(&c.Registration.Listen, ":51821")
 	defStr(&c.StateFile, "/var/lib/caplb/wireguard/gateway-state.json")
 	defInt(&c.MemberPort, 6443)
@@ -340,18 +315,6 @@ func (c *GatewayConfig) Validate() error {
 		e.bad("wireguard.tunnelPrefix", "%v", err)
 	}
 	mtu(&e, "wireguard.mtu", w.MTU)
-	switch w.Device {
-	case DeviceNetstack:
-		if w.DeviceName != "" {
-			e.bad("wireguard.deviceName", "is set while wireguard.device is netstack (no interface is made); remove it or set device: tun")
-		}
-	case DeviceTUN:
-		if w.DeviceName == "" || len(w.DeviceName) > 15 || strings.ContainsAny(w.DeviceName, "/: \t\n") || w.DeviceName == "." || w.DeviceName == ".." {
-			e.bad("wireguard.deviceName", "%q is not an interface name; use at most 15 bytes, no '/', ':' or spaces", w.DeviceName)
-		}
-	default:
-		e.bad("wireguard.device", "%q is unknown; use netstack (default) or tun", w.Device)
-	}
 	if c.Registration.Listen != "0" {
 		hostPort(&e, "registration.listen", c.Registration.Listen, false)
 		if c.Registration.TokenFile == "" {

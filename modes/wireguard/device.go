@@ -2,10 +2,8 @@ package wireguard
 
 import (
 	"bufio"
-	"context"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -15,20 +13,16 @@ import (
 	"github.com/go-logr/logr"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
-	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/tun/netstack"
 )
 
-// Tunnel is a userspace WireGuard device. By default (OpenTunnel) its IP stack is gVisor's
-// netstack inside this process: no kernel module, no TUN, no host routes, nothing the node's
-// network plugin could clash with; sockets are made with Net. A gateway may instead put it on a
-// TUN device (OpenKernelTunnel), where the host's own TCP stack carries the connections and Net
-// is nil. DialTCP works on both.
+// Tunnel is a userspace WireGuard device whose IP stack is gVisor's netstack inside this process:
+// no kernel module, no TUN, no host routes, nothing the node's network plugin could clash with.
+// Sockets are made with Net (DialContextTCPAddrPort, ListenTCPAddrPort).
 type Tunnel struct {
 	Addr netip.Addr
-	Net  *netstack.Net // nil on a TUN device
+	Net  *netstack.Net
 	dev  *device.Device
-	dial func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
 
 	mu sync.Mutex // serialises IpcSet: peers change one at a time
 }
@@ -51,23 +45,6 @@ func OpenTunnel(priv Key, addr netip.Addr, port, mtu int, log logr.Logger) (*Tun
 	if err != nil {
 		return nil, fmt.Errorf("netstack: %w", err)
 	}
-	dev, err := startDevice(tdev, priv, port, log)
-	if err != nil {
-		return nil, err
-	}
-	dial := func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
-		c, err := tnet.DialContextTCPAddrPort(ctx, ap)
-		if err != nil {
-			return nil, err // not a nil *gonet.TCPConn inside a non-nil net.Conn
-		}
-		return c, nil
-	}
-	return &Tunnel{Addr: addr, Net: tnet, dev: dev, dial: dial}, nil
-}
-
-// startDevice runs WireGuard on tdev with key priv and UDP port (0: any); on failure tdev is
-// closed.
-func startDevice(tdev tun.Device, priv Key, port int, log logr.Logger) (*device.Device, error) {
 	wlog := &device.Logger{
 		Verbosef: func(format string, args ...any) { log.V(3).Info(fmt.Sprintf(format, args...)) },
 		Errorf:   func(format string, args ...any) { log.V(1).Info(fmt.Sprintf(format, args...)) },
@@ -81,12 +58,7 @@ func startDevice(tdev tun.Device, priv Key, port int, log logr.Logger) (*device.
 		dev.Close()
 		return nil, fmt.Errorf("device up (UDP port %d): %w", port, err)
 	}
-	return dev, nil
-}
-
-// DialTCP connects to ap through the tunnel.
-func (t *Tunnel) DialTCP(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
-	return t.dial(ctx, ap)
+	return &Tunnel{Addr: addr, Net: tnet, dev: dev}, nil
 }
 
 // SetPeer adds or updates one peer. Only that peer is touched: a full replace would drop every

@@ -63,15 +63,9 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 	}
 	pub := priv.PublicKey()
 	addr := TunnelAddress(prefix, pub)
-	w := cfg.WireGuard
-	var tun *Tunnel
-	if w.Device == DeviceTUN {
-		tun, err = OpenKernelTunnel(priv, prefix, addr, w.DeviceName, w.ListenPort, w.MTU, log.WithName("wireguard"))
-	} else {
-		tun, err = OpenTunnel(priv, addr, w.ListenPort, w.MTU, log.WithName("wireguard"))
-	}
+	tun, err := OpenTunnel(priv, addr, cfg.WireGuard.ListenPort, cfg.WireGuard.MTU, log.WithName("wireguard"))
 	if err != nil {
-		return nil, fmt.Errorf("wireguard.device %s: %w", w.Device, err)
+		return nil, err
 	}
 	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun,
 		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile},
@@ -82,7 +76,7 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 			if err != nil {
 				return nil, err
 			}
-			return tun.DialTCP(ctx, ap)
+			return tun.Net.DialContextTCPAddrPort(ctx, ap)
 		},
 		TLSClientConfig:   tlsCfg,
 		DisableKeepAlives: true, // every check dials afresh: a check that reuses a connection proves less
@@ -161,7 +155,7 @@ func (g *Gateway) Run(ctx, force context.Context) error {
 		servers = append(servers, srv)
 	}
 	g.log.Info("gateway up", "name", g.cfg.Name, "listen", ln.Addr().String(), "publicKey", g.pub.String(),
-		"tunnelAddress", g.tun.Addr.String(), "wireguardPort", g.cfg.WireGuard.ListenPort, "device", g.cfg.WireGuard.Device, "members", len(g.pool.status()))
+		"tunnelAddress", g.tun.Addr.String(), "wireguardPort", g.cfg.WireGuard.ListenPort, "members", len(g.pool.status()))
 
 	close(g.ready)
 	var wg sync.WaitGroup

@@ -132,27 +132,11 @@ func (m *Member) Run(ctx, force context.Context) error {
 func (m *Member) openGeneration(priv Key) (*generation, error) {
 	pub := priv.PublicKey()
 	addr := TunnelAddress(m.prefix, pub)
-	var tun *Tunnel
-	var err error
-	if m.cfg.Device == "tun" {
-		tun, err = OpenKernelTunnel(priv, m.prefix, addr, m.cfg.DeviceName, 0, m.cfg.MTU, m.log.WithName("wireguard"))
-	} else {
-		tun, err = OpenTunnel(priv, addr, 0, m.cfg.MTU, m.log.WithName("wireguard"))
-	}
+	tun, err := OpenTunnel(priv, addr, 0, m.cfg.MTU, m.log.WithName("wireguard"))
 	if err != nil {
 		return nil, err
 	}
-	var ln net.Listener
-	if m.cfg.Device == "tun" {
-		_, up, _ := net.SplitHostPort(m.cfg.Upstream)
-		if up == fmt.Sprint(m.cfg.TunnelPort) {
-			ln = nopListener{make(chan struct{})}
-		} else {
-			ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, uint16(m.cfg.TunnelPort)).String())
-		}
-	} else {
-		ln, err = tun.Net.ListenTCPAddrPort(netip.AddrPortFrom(addr, uint16(m.cfg.TunnelPort)))
-	}
+	ln, err := tun.Net.ListenTCPAddrPort(netip.AddrPortFrom(addr, uint16(m.cfg.TunnelPort)))
 	if err != nil {
 		tun.Close()
 		return nil, fmt.Errorf("listen in tunnel on port %d: %w", m.cfg.TunnelPort, err)
@@ -470,11 +454,3 @@ func (m *Member) adminHandler(ctx context.Context) http.Handler {
 	})
 	return mux
 }
-
-// nopListener stands in for the tunnel listener when the kernel hands connections to the API
-// server itself (prototype).
-type nopListener struct{ c chan struct{} }
-
-func (n nopListener) Accept() (net.Conn, error) { <-n.c; return nil, errors.New("closed") }
-func (n nopListener) Close() error              { close(n.c); return nil }
-func (n nopListener) Addr() net.Addr            { return &net.TCPAddr{} }

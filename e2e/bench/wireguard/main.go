@@ -80,15 +80,10 @@ type Result struct {
 	LoadAverage      string    `json:"load_average_at_start"`
 }
 
-var gatewayExtra, memberExtra, standinListen string
-
 func main() {
 	trials := flag.Int("trials", 20, "trials per scenario")
 	out := flag.String("out", os.Getenv("BENCH_OUT"), "JSON output (default $BENCH_OUT or _out/bench-wireguard.json)")
 	only := flag.String("scenarios", "all", "comma-separated fault scenarios to run after the path figures (all, or none for latency/throughput/RSS only)")
-	flag.StringVar(&memberExtra, "member-extra", "", "exp")
-	flag.StringVar(&gatewayExtra, "gateway-extra", "", "exp")
-	flag.StringVar(&standinListen, "standin-listen", "", "exp")
 	flag.Parse()
 	if *out == "" {
 		*out = "_out/bench-wireguard.json"
@@ -114,7 +109,7 @@ func run(trials int, out, only string) error {
 		return err
 	}
 	defer l.Close()
-	w, err := wglab.Start(l, bins, wglab.Options{GatewayWG: strings.ReplaceAll(gatewayExtra, `\n`, "\n"), MemberExtra: strings.ReplaceAll(memberExtra, `\n`, "\n"), StandinListen: standinListen})
+	w, err := wglab.Start(l, bins, wglab.Options{})
 	if err != nil {
 		return err
 	}

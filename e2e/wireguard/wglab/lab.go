@@ -5,7 +5,6 @@
 package wglab
 
 import (
-	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -70,8 +69,6 @@ type Options struct {
 	Members int // default 3
 	// GatewayExtra / MemberExtra are appended to the generated YAML configs (overrides).
 	GatewayExtra, MemberExtra string
-	StandinListen             string
-	GatewayWG                 string
 }
 
 // Lab is the running WireGuard lab.
@@ -136,7 +133,7 @@ listen: "%s:%d"
 wireguard:
   listenPort: %d
   privateKeyFile: %s/gateway.key
-`+o.GatewayWG+`registration:
+registration:
   listen: "%s:%d"
   tokenFile: %s
 stateFile: %s/state.json
@@ -176,7 +173,7 @@ admin:
 			return nil, err
 		}
 		m.Standin, err = m.NS.Start(m.Name+"-apiserver", []string{bins.Standin, "-name", m.Name, "-listen",
-			cmp.Or(o.StandinListen, fmt.Sprintf("127.0.0.1:%d", APIPort)), "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
+			fmt.Sprintf("127.0.0.1:%d", APIPort), "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
 		if err != nil {
 			return nil, err
 		}
