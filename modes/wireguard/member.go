@@ -44,7 +44,9 @@ type generation struct {
 	mu       sync.Mutex
 	open     int
 	accepted map[netip.Addr]int // connections per remote tunnel address (each gateway's checks)
-	wg       sync.WaitGroup
+	// lastActive: when a tunnel connection last arrived or ended (drain waits for quiet).
+	lastActive time.Time
+	wg         sync.WaitGroup
 }
 
 type gatewayView struct {
@@ -191,11 +193,12 @@ func (m *Member) serve(g *generation) {
 		g.mu.Lock()
 		g.open++
 		g.accepted[remote.Addr()]++
+		g.lastActive = time.Now()
 		g.mu.Unlock()
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			defer func() { g.mu.Lock(); g.open--; g.mu.Unlock() }()
+			defer func() { g.mu.Lock(); g.open--; g.lastActive = time.Now(); g.mu.Unlock() }()
 			up, err := net.DialTimeout("tcp", m.cfg.Upstream, 2*time.Second)
 			if err != nil {
 				m.log.V(1).Info("upstream dial failed", "upstream", m.cfg.Upstream, "error", err.Error())
@@ -374,13 +377,23 @@ func (g *generation) checkedByAll(views []*gatewayView, n int) bool {
 	return true
 }
 
-// drain waits until no tunnel connection is open, deadline passes or ctx ends.
+// drainQuiet: a drain ends only once no connection has arrived or ended for this long (and
+// none is open). A gateway may have dialled this key just before its deregistration: that
+// connection can still sit in the listener's backlog, not yet counted, when the count first
+// reads zero. And a connection counts as ended when its last bytes are queued in netstack, not
+// delivered. Closing the tunnel at that moment would leave the gateway's side hanging until
+// its drain timeout: a failed request. The gateways' default dialTimeout is 1s.
+const drainQuiet = time.Second
+
+// drain waits until no tunnel connection is open and none arrived or ended for drainQuiet
+// since the drain began, or deadline passes, or ctx ends.
 func (g *generation) drain(ctx context.Context, deadline time.Time) {
+	began := time.Now()
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		g.mu.Lock()
-		open := g.open
+		open, last := g.open, g.lastActive
 		g.mu.Unlock()
-		if open == 0 {
+		if open == 0 && time.Since(began) >= drainQuiet && time.Since(last) >= drainQuiet {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
