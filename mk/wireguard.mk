@@ -26,7 +26,9 @@ TEST_DEPS += conntrack
 BENCH_WIREGUARD_TRIALS ?= 20
 # BENCH_WIREGUARD_SCENARIOS: all, none (path figures only: latency, throughput, RSS) or a comma list.
 BENCH_WIREGUARD_SCENARIOS ?= all
+# BENCH_WIREGUARD_DEVICE: the tunnel device of every gateway and member, netstack or tun.
+BENCH_WIREGUARD_DEVICE ?= netstack
 bench-wireguard: nftables conntrack ## WireGuard benchmark (root): failover/quiesce/rotation per scenario, added latency, throughput, gateway RSS -> $BENCH_OUT (default _out/bench-wireguard.json)
 	@mkdir -p $(OUT)
 	BENCH_OUT=$(abspath $(or $(BENCH_OUT),$(OUT)/bench-wireguard.json)) \
-	  $(GO) run ./e2e/bench/wireguard -trials $(BENCH_WIREGUARD_TRIALS) -scenarios $(BENCH_WIREGUARD_SCENARIOS)
+	  $(GO) run ./e2e/bench/wireguard -trials $(BENCH_WIREGUARD_TRIALS) -scenarios $(BENCH_WIREGUARD_SCENARIOS) -device $(BENCH_WIREGUARD_DEVICE)

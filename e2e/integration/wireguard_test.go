@@ -129,6 +129,8 @@ func testWireGuardAdmission(t *testing.T, s *suite) {
 		}, []string{"an IPv4 prefix of /8 to /24"}},
 		{"unknown family", func(s map[string]any) { wgBackend(s)["tunnel"] = map[string]any{"family": "IPX"} },
 			[]string{"spec.backend.wireguard.tunnel.family"}},
+		{"unknown tunnel device", func(s map[string]any) { wgBackend(s)["device"] = "kernel" },
+			[]string{"spec.backend.wireguard.device", "supported values", "netstack", "tun"}},
 		{"keepalive in milliseconds", func(s map[string]any) { wgBackend(s)["persistentKeepalive"] = "1500ms" },
 			[]string{"spec.backend.wireguard.persistentKeepalive must be whole seconds"}},
 		{"health interval too short", func(s map[string]any) { wgBackend(s)["health"] = map[string]any{"interval": "1ms"} },

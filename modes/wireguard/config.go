@@ -2,12 +2,10 @@ package wireguard
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -95,7 +93,21 @@ type GatewayWireGuard struct {
 	TunnelPrefix string `json:"tunnelPrefix,omitempty"`
 	// MTU of the tunnel. Default 1420.
 	MTU int `json:"mtu,omitempty"`
+	// Device carries the tunnel's TCP connections: "netstack" (default: gVisor's TCP stack in
+	// the process; no TUN, no host route) or "tun" (Linux: a TUN interface DeviceName with the
+	// gateway's tunnel address and a route for the tunnel prefix, so the host's TCP stack dials
+	// the members; about 0.1-0.2 ms less per connection. Needs CAP_NET_ADMIN and /dev/net/tun;
+	// only replies to the gateway's own connections enter the host from the tunnel).
+	Device string `json:"device,omitempty"`
+	// DeviceName of the TUN interface (device tun), at most 15 bytes. Default caplb-gw0.
+	DeviceName string `json:"deviceName,omitempty"`
 }
+
+// Tunnel devices (device, wireguard.device).
+const (
+	DeviceNetstack = "netstack"
+	DeviceTUN      = "tun"
+)
 
 // GatewayRegistration is the members' registration endpoint (HTTP, HMAC-authenticated with the
 // join token in both directions; see docs/backends/wireguard.md).
@@ -167,6 +179,17 @@ type MemberConfig struct {
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
 	// MTU of the tunnel. Default 1420.
 	MTU int `json:"mtu,omitempty"`
+	// Device carries the tunnel's connections: "netstack" (default: gVisor's TCP stack in the
+	// process, which forwards each connection to Upstream; no TUN, no host route) or "tun"
+	// (Linux: a TUN interface DeviceName holding the tunnel address and a route for the tunnel
+	// prefix, so the gateways' connections reach the API server through the node's own TCP
+	// stack with no proxy in between: about 0.5 ms less per fresh connection, measured. Then
+	// the API server must listen on all addresses (kubeadm's default) on TunnelPort, which must
+	// be Upstream's port; only TCP to the tunnel address and that port enters the node from the
+	// tunnel. Needs CAP_NET_ADMIN and /dev/net/tun.)
+	Device string `json:"device,omitempty"`
+	// DeviceName of the TUN interface (device tun), at most 15 bytes. Default caplb-wg0.
+	DeviceName string `json:"deviceName,omitempty"`
 	// MaxProcs: GOMAXPROCS of the member process, as the gateway's maxProcs. Default 1; -1: one
 	// per CPU. The GOMAXPROCS environment variable, when set, wins.
 	MaxProcs int `json:"maxProcs,omitempty"`
@@ -249,6 +272,10 @@ func (c *GatewayConfig) Default() {
 	defStr(&w.PrivateKeyFile, "/var/lib/caplb/wireguard/gateway.key")
 	defStr(&w.TunnelPrefix, DefaultTunnelPrefix)
 	defInt(&w.MTU, 1420)
+	defStr(&w.Device, DeviceNetstack)
+	if w.Device == DeviceTUN {
+		defStr(&w.DeviceName, "caplb-gw0")
+	}
 	defStr(&c.Registration.Listen, ":51821")
 	defStr(&c.StateFile, "/var/lib/caplb/wireguard/gateway-state.json")
 	defInt(&c.MemberPort, 6443)
@@ -280,6 +307,10 @@ func (c *MemberConfig) Default() {
 	def(&c.RegisterInterval, 10*time.Second)
 	def(&c.DrainTimeout, 30*time.Second)
 	defInt(&c.MTU, 1420)
+	defStr(&c.Device, DeviceNetstack)
+	if c.Device == DeviceTUN {
+		defStr(&c.DeviceName, "caplb-wg0")
+	}
 	defInt(&c.MaxProcs, 1)
 	defStr(&c.Admin.Listen, "127.0.0.1:7476")
 	for i := range c.Gateways {
@@ -289,196 +320,6 @@ func (c *MemberConfig) Default() {
 				g.Registration = net.JoinHostPort(host, "51821")
 			}
 		}
-	}
-}
-
-// errs collects field errors; each names its field and the fix.
-type errs []error
-
-func (e *errs) bad(field, format string, args ...any) {
-	*e = append(*e, fmt.Errorf("%s: "+format, append([]any{field}, args...)...))
-}
-
-// Validate checks the configuration without I/O.
-func (c *GatewayConfig) Validate() error {
-	var e errs
-	if c.Name == "" {
-		e.bad("name", "is empty and the hostname is unknown; set name")
-	}
-	hostPort(&e, "listen", c.Listen, false)
-	w := c.WireGuard
-	port(&e, "wireguard.listenPort", w.ListenPort)
-	if w.PrivateKeyFile == "" {
-		e.bad("wireguard.privateKeyFile", "is empty; give a path (created with mode 0600 when missing)")
-	}
-	if _, err := ParseTunnelPrefix(w.TunnelPrefix); err != nil {
-		e.bad("wireguard.tunnelPrefix", "%v", err)
-	}
-	mtu(&e, "wireguard.mtu", w.MTU)
-	if c.Registration.Listen != "0" {
-		hostPort(&e, "registration.listen", c.Registration.Listen, false)
-		if c.Registration.TokenFile == "" {
-			e.bad("registration.tokenFile", "is empty; give the cluster's join token file (mode 0600), or set registration.listen: \"0\" and list peers")
-		}
-	} else if len(c.Peers) == 0 {
-		e.bad("peers", "is empty while registration is disabled; no member could ever join")
-	}
-	if c.StateFile == "" {
-		e.bad("stateFile", "is empty; give a path the gateway may write")
-	}
-	port(&e, "memberPort", c.MemberPort)
-	h := c.Health
-	if len(h.Path) == 0 || h.Path[0] != '/' {
-		e.bad("health.path", "%q must start with /", h.Path)
-	}
-	if h.ServerName == "" {
-		e.bad("health.serverName", "is empty; use a name the API server certificate carries, e.g. kubernetes")
-	}
-	if h.CAFile == "" && !h.InsecureSkipVerify {
-		e.bad("health.caFile", "is empty; give the cluster CA (e.g. /etc/kubernetes/pki/ca.crt) or set health.insecureSkipVerify: true")
-	}
-	if h.CAFile != "" && h.InsecureSkipVerify {
-		e.bad("health.insecureSkipVerify", "is set together with health.caFile; choose one")
-	}
-	positive(&e, "health.interval", h.Interval)
-	positive(&e, "health.timeout", h.Timeout)
-	atLeast1(&e, "health.rise", h.Rise)
-	atLeast1(&e, "health.fall", h.Fall)
-	positive(&e, "dialTimeout", c.DialTimeout)
-	positive(&e, "hedgeDelay", c.HedgeDelay)
-	if c.HedgeDelay.Duration > c.DialTimeout.Duration {
-		e.bad("hedgeDelay", "%v is longer than dialTimeout (%v); a hedge must start before the dial gives up", c.HedgeDelay.Duration, c.DialTimeout.Duration)
-	}
-	maxProcs(&e, c.MaxProcs)
-	positive(&e, "drainTimeout", c.DrainTimeout)
-	if c.ForgetAfter.Duration < time.Minute {
-		e.bad("forgetAfter", "%v is shorter than 1m; a member that misses a few registrations would be dropped", c.ForgetAfter.Duration)
-	}
-	names, keys := map[string]bool{}, map[string]bool{}
-	for i, p := range c.Peers {
-		f := fmt.Sprintf("peers[%d]", i)
-		if p.Name == "" {
-			e.bad(f+".name", "is empty; use the member's node name")
-		} else if names[p.Name] {
-			e.bad(f+".name", "%q is listed twice", p.Name)
-		}
-		names[p.Name] = true
-		if _, err := ParseKey(p.PublicKey); err != nil {
-			e.bad(f+".publicKey", "%v", err)
-		} else if keys[p.PublicKey] {
-			e.bad(f+".publicKey", "is listed twice")
-		}
-		keys[p.PublicKey] = true
-	}
-	if c.Admin.Listen != "0" {
-		hostPort(&e, "admin.listen", c.Admin.Listen, true)
-	}
-	return errors.Join(e...)
-}
-
-// Validate checks the configuration without I/O.
-func (c *MemberConfig) Validate() error {
-	var e errs
-	if c.NodeName == "" {
-		e.bad("nodeName", "is empty and the hostname is unknown; set nodeName")
-	}
-	if c.PrivateKeyFile == "" {
-		e.bad("privateKeyFile", "is empty; give a path on the node (created with mode 0600 when missing)")
-	}
-	if _, err := ParseTunnelPrefix(c.TunnelPrefix); err != nil {
-		e.bad("tunnelPrefix", "%v", err)
-	}
-	if len(c.Gateways) == 0 {
-		e.bad("gateways", "is empty; list every gateway's endpoint (host:port of its WireGuard UDP port)")
-	}
-	needToken := false
-	seen := map[string]bool{}
-	for i, g := range c.Gateways {
-		f := fmt.Sprintf("gateways[%d]", i)
-		hostPort(&e, f+".endpoint", g.Endpoint, true)
-		if seen[g.Endpoint] {
-			e.bad(f+".endpoint", "%q is listed twice", g.Endpoint)
-		}
-		seen[g.Endpoint] = true
-		if g.PublicKey != "" {
-			if _, err := ParseKey(g.PublicKey); err != nil {
-				e.bad(f+".publicKey", "%v", err)
-			}
-		}
-		if g.Registration != "0" {
-			needToken = true
-			hostPort(&e, f+".registration", g.Registration, true)
-		} else if g.PublicKey == "" {
-			e.bad(f+".publicKey", "is empty while registration is \"0\"; pin the gateway's key or let the member register")
-		}
-	}
-	if needToken && c.TokenFile == "" {
-		e.bad("tokenFile", "is empty; give the cluster's join token file (mode 0600), or pin every gateway's publicKey with registration: \"0\"")
-	}
-	positive(&e, "persistentKeepalive", c.PersistentKeepalive)
-	if c.PersistentKeepalive.Duration%time.Second != 0 || c.PersistentKeepalive.Duration > 65535*time.Second {
-		e.bad("persistentKeepalive", "%v: WireGuard counts whole seconds (1s-65535s)", c.PersistentKeepalive.Duration)
-	}
-	port(&e, "tunnelPort", c.TunnelPort)
-	hostPort(&e, "upstream", c.Upstream, true)
-	positive(&e, "registerInterval", c.RegisterInterval)
-	positive(&e, "drainTimeout", c.DrainTimeout)
-	mtu(&e, "mtu", c.MTU)
-	maxProcs(&e, c.MaxProcs)
-	if c.Admin.Listen != "0" {
-		hostPort(&e, "admin.listen", c.Admin.Listen, true)
-	}
-	return errors.Join(e...)
-}
-
-func hostPort(e *errs, field, v string, needHost bool) {
-	host, p, err := net.SplitHostPort(v)
-	if err != nil {
-		e.bad(field, "%q is not host:port", v)
-		return
-	}
-	if needHost && host == "" {
-		e.bad(field, "%q has no host", v)
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 1 || n > 65535 {
-		e.bad(field, "%q: port must be 1-65535", v)
-	}
-}
-
-func port(e *errs, field string, v int) {
-	if v < 1 || v > 65535 {
-		e.bad(field, "%d is out of range; use 1-65535", v)
-	}
-}
-
-func mtu(e *errs, field string, v int) {
-	if v < 1280 || v > 9000 {
-		e.bad(field, "%d is out of range; use 1280-9000 (IPv6 needs at least 1280)", v)
-	}
-}
-
-func positive(e *errs, field string, d Duration) {
-	if d.Duration <= 0 {
-		e.bad(field, "%v must be positive", d.Duration)
-	}
-}
-
-func atLeast1(e *errs, field string, v int) {
-	if v < 1 {
-		e.bad(field, "%d must be at least 1", v)
-	}
-}
-
-func def(d *Duration, v time.Duration) {
-	if d.Duration == 0 {
-		d.Duration = v
-	}
-}
-
-func maxProcs(e *errs, n int) {
-	if n < -1 || n > 1024 {
-		e.bad("maxProcs", "%d is out of range; give 1 to 1024 threads, or -1 for one per CPU", n)
 	}
 }
 

@@ -32,6 +32,9 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 	c, err = ParseGateway([]byte(good + "maxProcs: -1\n"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.MaxProcs).To(Equal(-1), "one per CPU stays -1 (the command leaves Go's default)")
+	c, err = ParseGateway([]byte(good + "wireguard: {device: tun}\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.WireGuard.DeviceName).To(Equal("caplb-gw0"))
 
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"unknown field", good + "bogus: 1\n", "unknown field"},
@@ -49,6 +52,9 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 		{"hedge after timeout", good + "hedgeDelay: 2s\n", "hedgeDelay: 2s is longer than dialTimeout"},
 		{"bad maxProcs", good + "maxProcs: -2\n", "maxProcs: -2 is out of range"},
 		{"bad fall", base + "health: {caFile: /c, fall: -1}\n", "health.fall"},
+		{"unknown device", good + "wireguard: {device: kernel}\n", "wireguard.device: \"kernel\" is unknown; use netstack (default) or tun"},
+		{"device name without tun", good + "wireguard: {deviceName: wg9}\n", "wireguard.deviceName: is set while wireguard.device is netstack"},
+		{"bad device name", good + "wireguard: {device: tun, deviceName: a-name-far-too-long}\n", "wireguard.deviceName: \"a-name-far-too-long\" is not an interface name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseGateway([]byte(tc.yaml))
@@ -67,9 +73,16 @@ func TestParseMemberDefaultsAndErrors(t *testing.T) {
 	g.Expect(c.Upstream).To(Equal("127.0.0.1:6443"))
 	g.Expect(c.TunnelPort).To(Equal(6443))
 	g.Expect(c.MaxProcs).To(Equal(1))
+	g.Expect(c.Device).To(Equal(DeviceNetstack))
+	c, err = ParseMember([]byte(good + "device: tun\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.DeviceName).To(Equal("caplb-wg0"))
 
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"bad maxProcs", good + "maxProcs: 5000\n", "maxProcs: 5000 is out of range"},
+		{"tun on another port than the API server's", good + "device: tun\ntunnelPort: 16443\n", "tunnelPort: 16443 differs from upstream's port 6443"},
+		{"tun with the API server's port", good + "device: tun\ntunnelPort: 6444\nupstream: 127.0.0.1:6444\n", ""},
+		{"unknown device", good + "device: gvisor\n", "device: \"gvisor\" is unknown"},
 		{"no gateways", "nodeName: a\ntokenFile: /t\n", "gateways: is empty"},
 		{"no token", "nodeName: a\ngateways: [{endpoint: \"h:1\"}]\n", "tokenFile: is empty"},
 		{"pinned needs key", "nodeName: a\ngateways: [{endpoint: \"h:1\", registration: \"0\"}]\n", "gateways[0].publicKey: is empty"},

@@ -2,8 +2,10 @@ package wireguard
 
 import (
 	"bufio"
+	"context"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -13,16 +15,20 @@ import (
 	"github.com/go-logr/logr"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/tun/netstack"
 )
 
-// Tunnel is a userspace WireGuard device whose IP stack is gVisor's netstack inside this process:
-// no kernel module, no TUN, no host routes, nothing the node's network plugin could clash with.
-// Sockets are made with Net (DialContextTCPAddrPort, ListenTCPAddrPort).
+// Tunnel is a userspace WireGuard device. By default (OpenTunnel) its IP stack is gVisor's
+// netstack inside this process: no kernel module, no TUN, no host routes, nothing the node's
+// network plugin could clash with; sockets are made with Net. Opt-in (device: tun), it sits on
+// an address of a TUN interface (openTUNTunnel) and the host's TCP stack carries the
+// connections: Net is nil there. DialTCP works on both.
 type Tunnel struct {
 	Addr netip.Addr
-	Net  *netstack.Net
+	Net  *netstack.Net // nil on a TUN device
 	dev  *device.Device
+	dial func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
 
 	mu sync.Mutex // serialises IpcSet: peers change one at a time
 }
@@ -45,6 +51,37 @@ func OpenTunnel(priv Key, addr netip.Addr, port, mtu int, log logr.Logger) (*Tun
 	if err != nil {
 		return nil, fmt.Errorf("netstack: %w", err)
 	}
+	dev, err := startDevice(tdev, priv, port, log)
+	if err != nil {
+		return nil, err
+	}
+	dial := func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+		c, err := tnet.DialContextTCPAddrPort(ctx, ap)
+		if err != nil {
+			return nil, err // not a nil *gonet.TCPConn inside a non-nil net.Conn
+		}
+		return c, nil
+	}
+	return &Tunnel{Addr: addr, Net: tnet, dev: dev, dial: dial}, nil
+}
+
+// openTUNTunnel brings up a device like OpenTunnel on end, an address of a TUN interface: the
+// host's TCP stack carries the connections, from the tunnel address.
+func openTUNTunnel(end tun.Device, priv Key, addr netip.Addr, port int, log logr.Logger) (*Tunnel, error) {
+	dev, err := startDevice(end, priv, port, log)
+	if err != nil {
+		return nil, err
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: addr.AsSlice()}}
+	dial := func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", ap.String())
+	}
+	return &Tunnel{Addr: addr, dev: dev, dial: dial}, nil
+}
+
+// startDevice runs WireGuard on tdev with key priv and UDP port (0: any); on failure tdev is
+// closed.
+func startDevice(tdev tun.Device, priv Key, port int, log logr.Logger) (*device.Device, error) {
 	wlog := &device.Logger{
 		Verbosef: func(format string, args ...any) { log.V(3).Info(fmt.Sprintf(format, args...)) },
 		Errorf:   func(format string, args ...any) { log.V(1).Info(fmt.Sprintf(format, args...)) },
@@ -58,7 +95,12 @@ func OpenTunnel(priv Key, addr netip.Addr, port, mtu int, log logr.Logger) (*Tun
 		dev.Close()
 		return nil, fmt.Errorf("device up (UDP port %d): %w", port, err)
 	}
-	return &Tunnel{Addr: addr, Net: tnet, dev: dev}, nil
+	return dev, nil
+}
+
+// DialTCP connects to ap through the tunnel.
+func (t *Tunnel) DialTCP(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	return t.dial(ctx, ap)
 }
 
 // SetPeer adds or updates one peer. Only that peer is touched: a full replace would drop every

@@ -27,6 +27,7 @@ type Gateway struct {
 	prefix netip.Prefix
 	pub    Key
 	tun    *Tunnel
+	host   *hostTUN // device tun only
 	pool   *pool
 	health *http.Transport // TLS config for member health checks; dials through the tunnel
 	state  *stateStore
@@ -63,11 +64,11 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 	}
 	pub := priv.PublicKey()
 	addr := TunnelAddress(prefix, pub)
-	tun, err := OpenTunnel(priv, addr, cfg.WireGuard.ListenPort, cfg.WireGuard.MTU, log.WithName("wireguard"))
+	tun, host, err := openGatewayTunnel(cfg, prefix, priv, addr, log.WithName("wireguard"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("wireguard.device %s: %w", cfg.WireGuard.Device, err)
 	}
-	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun,
+	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun, host: host,
 		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile},
 		ready: make(chan struct{})}
 	g.health = &http.Transport{
@@ -76,12 +77,45 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 			if err != nil {
 				return nil, err
 			}
-			return tun.Net.DialContextTCPAddrPort(ctx, ap)
+			return tun.DialTCP(ctx, ap)
 		},
 		TLSClientConfig:   tlsCfg,
 		DisableKeepAlives: true, // every check dials afresh: a check that reuses a connection proves less
 	}
 	return g, nil
+}
+
+// openGatewayTunnel brings the gateway's WireGuard device up on netstack, or on a TUN
+// interface whose filter lets in only the members' side of connections the gateway opened.
+func openGatewayTunnel(cfg *GatewayConfig, prefix netip.Prefix, priv Key, addr netip.Addr, log logr.Logger) (*Tunnel, *hostTUN, error) {
+	w := cfg.WireGuard
+	if w.Device != DeviceTUN {
+		tun, err := OpenTunnel(priv, addr, w.ListenPort, w.MTU, log)
+		return tun, nil, err
+	}
+	host, err := openHostTUN(w.DeviceName, prefix, w.MTU, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	memberPort := uint16(cfg.MemberPort)
+	end, err := host.attach(addr, func(b []byte) bool { return gatewayAdmits(parsePacket(b), addr, memberPort) })
+	if err != nil {
+		host.Close()
+		return nil, nil, err
+	}
+	tun, err := openTUNTunnel(end, priv, addr, w.ListenPort, log)
+	if err != nil {
+		host.Close()
+		return nil, nil, err
+	}
+	return tun, host, nil
+}
+
+func (g *Gateway) closeTunnel() {
+	g.tun.Close()
+	if g.host != nil {
+		g.host.Close()
+	}
 }
 
 // PublicKey is the gateway's public key.
@@ -96,7 +130,7 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // Run serves until ctx ends: the proxy, registration, admin, health checks and drains. Then it
 // stops accepting and lets open connections finish until drainTimeout or until force ends.
 func (g *Gateway) Run(ctx, force context.Context) error {
-	defer g.tun.Close()
+	defer g.closeTunnel()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g.mu.Lock()

@@ -25,6 +25,7 @@ type Member struct {
 	http   *http.Client
 
 	mu       sync.Mutex
+	host     *hostTUN // device tun: the interface every generation's address sits on
 	cur      *generation
 	retiring []*generation
 	gwState  map[string]*gatewayView // by endpoint
@@ -32,21 +33,6 @@ type Member struct {
 	// regMu orders periodic registrations against a rotation's swap: a registration of the old
 	// key that lands after its deregistration would put it back into rotation.
 	regMu sync.Mutex
-}
-
-// generation is one key with its tunnel: a rotation runs two side by side (make-before-break).
-type generation struct {
-	priv Key
-	pub  Key
-	tun  *Tunnel
-	ln   net.Listener
-
-	mu       sync.Mutex
-	open     int
-	accepted map[netip.Addr]int // connections per remote tunnel address (each gateway's checks)
-	// lastActive: when a tunnel connection last arrived or ended (drain waits for quiet).
-	lastActive time.Time
-	wg         sync.WaitGroup
 }
 
 type gatewayView struct {
@@ -89,6 +75,16 @@ func (m *Member) Run(ctx, force context.Context) error {
 	if err != nil {
 		return fmt.Errorf("privateKeyFile: %w", err)
 	}
+	if m.cfg.Device == DeviceTUN {
+		host, err := openHostTUN(m.cfg.DeviceName, m.prefix, m.cfg.MTU, m.log.WithName("tun"))
+		if err != nil {
+			return fmt.Errorf("device tun: %w", err)
+		}
+		defer host.Close()
+		m.mu.Lock()
+		m.host = host
+		m.mu.Unlock()
+	}
 	gen, err := m.openGeneration(priv)
 	if err != nil {
 		return err
@@ -97,7 +93,7 @@ func (m *Member) Run(ctx, force context.Context) error {
 	m.cur = gen
 	m.mu.Unlock()
 	m.log.Info("member up", "node", m.cfg.NodeName, "publicKey", gen.pub.String(), "tunnelAddress", gen.tun.Addr.String(),
-		"gateways", len(m.cfg.Gateways))
+		"gateways", len(m.cfg.Gateways), "device", m.cfg.Device)
 	var admin *http.Server
 	if m.cfg.Admin.Listen != "0" {
 		if admin, err = serveHTTP(m.cfg.Admin.Listen, m.adminHandler(ctx)); err != nil {
@@ -131,39 +127,6 @@ func (m *Member) Run(ctx, force context.Context) error {
 	return nil
 }
 
-func (m *Member) openGeneration(priv Key) (*generation, error) {
-	pub := priv.PublicKey()
-	addr := TunnelAddress(m.prefix, pub)
-	tun, err := OpenTunnel(priv, addr, 0, m.cfg.MTU, m.log.WithName("wireguard"))
-	if err != nil {
-		return nil, err
-	}
-	ln, err := tun.Net.ListenTCPAddrPort(netip.AddrPortFrom(addr, uint16(m.cfg.TunnelPort)))
-	if err != nil {
-		tun.Close()
-		return nil, fmt.Errorf("listen in tunnel on port %d: %w", m.cfg.TunnelPort, err)
-	}
-	g := &generation{priv: priv, pub: pub, tun: tun, ln: ln, accepted: map[netip.Addr]int{}}
-	// Gateways whose keys are known already (pinned, or from an earlier registration) become
-	// peers at once.
-	m.mu.Lock()
-	views := make([]*gatewayView, 0, len(m.gwState))
-	for _, v := range m.gwState {
-		views = append(views, v)
-	}
-	m.mu.Unlock()
-	for _, v := range views {
-		if v.address.IsValid() {
-			if err := m.setGatewayPeer(g, v); err != nil {
-				m.log.Error(err, "gateway peer", "endpoint", v.cfg.Endpoint)
-			}
-		}
-	}
-	g.wg.Add(1)
-	go func() { defer g.wg.Done(); m.serve(g) }()
-	return g, nil
-}
-
 // setGatewayPeer adds one gateway as a peer of g (endpoint resolved to an IP: WireGuard wants one).
 func (m *Member) setGatewayPeer(g *generation, v *gatewayView) error {
 	host, port, err := net.SplitHostPort(v.cfg.Endpoint)
@@ -180,34 +143,6 @@ func (m *Member) setGatewayPeer(g *generation, v *gatewayView) error {
 	}
 	return g.tun.SetPeer(PeerSpec{PublicKey: v.publicKey, Endpoint: net.JoinHostPort(ip.String(), port),
 		AllowedIP: v.address, Keepalive: m.cfg.PersistentKeepalive.Duration})
-}
-
-// serve forwards every tunnel connection to the local API server.
-func (m *Member) serve(g *generation) {
-	for {
-		c, err := g.ln.Accept()
-		if err != nil {
-			return
-		}
-		remote, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-		g.mu.Lock()
-		g.open++
-		g.accepted[remote.Addr()]++
-		g.lastActive = time.Now()
-		g.mu.Unlock()
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			defer func() { g.mu.Lock(); g.open--; g.lastActive = time.Now(); g.mu.Unlock() }()
-			up, err := net.DialTimeout("tcp", m.cfg.Upstream, 2*time.Second)
-			if err != nil {
-				m.log.V(1).Info("upstream dial failed", "upstream", m.cfg.Upstream, "error", err.Error())
-				_ = c.Close()
-				return
-			}
-			splice(&proxied{client: c, upstream: up})
-		}()
-	}
 }
 
 // registerLoop registers the current key with one gateway: retrying every second until it
@@ -365,46 +300,6 @@ func (m *Member) deregisterAll(ctx context.Context, pub Key) {
 	}
 }
 
-// checkedByAll reports whether every gateway's tunnel address has connected n times.
-func (g *generation) checkedByAll(views []*gatewayView, n int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, v := range views {
-		if g.accepted[v.address] < n {
-			return false
-		}
-	}
-	return true
-}
-
-// drainQuiet: a drain ends only once no connection has arrived or ended for this long (and
-// none is open). A gateway may have dialled this key just before its deregistration: that
-// connection can still sit in the listener's backlog, not yet counted, when the count first
-// reads zero. And a connection counts as ended when its last bytes are queued in netstack, not
-// delivered. Closing the tunnel at that moment would leave the gateway's side hanging until
-// its drain timeout: a failed request. The gateways' default dialTimeout is 1s.
-const drainQuiet = time.Second
-
-// drain waits until no tunnel connection is open and none arrived or ended for drainQuiet
-// since the drain began, or deadline passes, or ctx ends.
-func (g *generation) drain(ctx context.Context, deadline time.Time) {
-	began := time.Now()
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		g.mu.Lock()
-		open, last := g.open, g.lastActive
-		g.mu.Unlock()
-		if open == 0 && time.Since(began) >= drainQuiet && time.Since(last) >= drainQuiet {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (g *generation) close() {
-	_ = g.ln.Close()
-	g.tun.Close()
-}
-
 // MemberState reports the member's keys and gateways.
 type MemberState struct {
 	Node          string        `json:"node"`
@@ -433,9 +328,7 @@ func (m *Member) Status() MemberState {
 		return s
 	}
 	s.PublicKey, s.TunnelAddress = m.cur.pub.String(), m.cur.tun.Addr.String()
-	m.cur.mu.Lock()
-	s.Open = m.cur.open
-	m.cur.mu.Unlock()
+	s.Open = m.cur.openConnections()
 	for _, g := range m.retiring {
 		s.Retiring = append(s.Retiring, g.pub.String())
 	}

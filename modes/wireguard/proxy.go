@@ -92,7 +92,7 @@ func (g *Gateway) handle(ctx context.Context, client net.Conn) {
 		go func() {
 			dctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout.Duration)
 			defer cancel()
-			c, err := g.tun.Net.DialContextTCPAddrPort(dctx, netip.AddrPortFrom(b.addr, uint16(g.cfg.MemberPort)))
+			c, err := g.tun.DialTCP(dctx, netip.AddrPortFrom(b.addr, uint16(g.cfg.MemberPort)))
 			results <- dialed{b: b, c: c, err: err}
 		}()
 		return true

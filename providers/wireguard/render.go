@@ -77,6 +77,11 @@ func renderMember(lb *lbv1.LoadBalancer) wg.MemberConfig {
 		PersistentKeepalive: wg.Duration{Duration: w.EffectivePersistentKeepalive()},
 		Upstream:            net.JoinHostPort("127.0.0.1", strconv.Itoa(int(lb.Spec.EffectiveTargetPort()))),
 		DrainTimeout:        wg.Duration{Duration: drainTimeout(lb)},
+		Device:              w.Device,
+	}
+	if w.Device == lbv1.WireGuardDeviceTUN {
+		// The gateways' connections go straight to the API server's port.
+		c.TunnelPort = int(lb.Spec.EffectiveTargetPort())
 	}
 	for _, g := range w.Gateways {
 		c.Gateways = append(c.Gateways, wg.MemberGateway{
@@ -97,6 +102,10 @@ func renderGateway(lb *lbv1.LoadBalancer, g lbv1.WireGuardGateway) wg.GatewayCon
 	port := strconv.Itoa(int(g.EffectivePort()))
 	h := health(w)
 	h.CAFile = path.Join(dir, CAKey)
+	memberPort := 0 // the members' default, 6443 inside the tunnel
+	if w.Device == lbv1.WireGuardDeviceTUN {
+		memberPort = int(lb.Spec.EffectiveTargetPort())
+	}
 	return wg.GatewayConfig{
 		Name:   g.Name,
 		Listen: ":" + strconv.Itoa(int(lb.Spec.EffectivePort())),
@@ -104,7 +113,9 @@ func renderGateway(lb *lbv1.LoadBalancer, g lbv1.WireGuardGateway) wg.GatewayCon
 			ListenPort:     int(g.EffectivePort()),
 			PrivateKeyFile: path.Join(dir, "gateway.key"),
 			TunnelPrefix:   w.Tunnel.EffectivePrefix(),
+			Device:         w.Device,
 		},
+		MemberPort: memberPort,
 		Registration: wg.GatewayRegistration{
 			Listen:    ":" + strconv.Itoa(int(registrationPort(g))),
 			TokenFile: path.Join(dir, TokenKey),
@@ -139,10 +150,11 @@ func checkGateway(c wg.GatewayConfig) error {
 	return nil
 }
 
-// renderManifest is the member's static pod: no kubeconfig (it runs before kubeadm init), no
-// capabilities (userspace WireGuard: no TUN, no routes), its key directory writable.
-func renderManifest(image string) ([]byte, error) {
-	return vip.AgentPod{
+// renderManifest is the member's static pod: no kubeconfig (it runs before kubeadm init), its
+// key directory writable. On netstack no capabilities (userspace WireGuard: no TUN, no routes);
+// on a TUN device NET_ADMIN and /dev/net/tun, nothing more.
+func renderManifest(image, device string) ([]byte, error) {
+	pod := vip.AgentPod{
 		Component: lbv1.BackendWireGuard,
 		Image:     image,
 		Command:   []string{"caplb-agent", "wireguard", "--config", MemberConfigPath},
@@ -150,5 +162,10 @@ func renderManifest(image string) ([]byte, error) {
 			{Name: "config", Path: vip.ConfigDir, Type: corev1.HostPathDirectory, ReadOnly: true},
 			{Name: "state", Path: MemberKeyDir, Type: corev1.HostPathDirectoryOrCreate},
 		},
-	}.Render()
+	}
+	if device == lbv1.WireGuardDeviceTUN {
+		pod.Caps = []corev1.Capability{"NET_ADMIN"}
+		pod.Mounts = append(pod.Mounts, vip.HostMount{Name: "tun", Path: "/dev/net/tun", Type: corev1.HostPathCharDev})
+	}
+	return pod.Render()
 }

@@ -165,7 +165,7 @@ func (b *Backend) writeBootstrap(ctx context.Context, lb *lbv1.LoadBalancer, tok
 	if image == "" {
 		image = b.opts.AgentImage
 	}
-	manifest, err := renderManifest(image)
+	manifest, err := renderManifest(image, lb.Spec.Backend.WireGuard.Device)
 	if err != nil {
 		return err
 	}

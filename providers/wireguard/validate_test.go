@@ -142,9 +142,34 @@ func TestRender(t *testing.T) {
 		g.Expect(strings.HasPrefix(p, "/var/lib/caplb/wireguard/ns/c/")).To(BeTrue(), p)
 	}
 
-	pod, err := renderManifest("img")
+	pod, err := renderManifest("img", "")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(pod)).To(ContainSubstring("- wireguard"))
 	g.Expect(string(pod)).NotTo(ContainSubstring("NET_ADMIN"), "userspace WireGuard needs no capability")
 	g.Expect(string(pod)).NotTo(ContainSubstring("kubelet.conf"), "the member runs before any kubeconfig exists")
+}
+
+// device: tun: members and gateways meet on the API server's own port (no proxy on the member
+// to translate), and the member's static pod gets NET_ADMIN and /dev/net/tun, nothing more.
+func TestRenderTUNDevice(t *testing.T) {
+	g := NewWithT(t)
+	lb := wgLB()
+	lb.Spec.TargetPort = 6444
+	lb.Spec.Backend.WireGuard.Device = lbv1.WireGuardDeviceTUN
+
+	m := renderMember(lb)
+	g.Expect(checkMember(m)).To(Succeed())
+	g.Expect(m.Device).To(Equal(wg.DeviceTUN))
+	g.Expect(m.TunnelPort).To(Equal(6444))
+	gc := renderGateway(lb, lb.Spec.Backend.WireGuard.Gateways[0])
+	g.Expect(checkGateway(gc)).To(Succeed())
+	g.Expect(gc.WireGuard.Device).To(Equal(wg.DeviceTUN))
+	g.Expect(gc.MemberPort).To(Equal(6444))
+
+	pod, err := renderManifest("img", lbv1.WireGuardDeviceTUN)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(pod)).To(ContainSubstring("- NET_ADMIN"))
+	g.Expect(string(pod)).NotTo(ContainSubstring("NET_RAW"))
+	g.Expect(string(pod)).To(ContainSubstring("path: /dev/net/tun"))
+	g.Expect(string(pod)).To(ContainSubstring("type: CharDevice"))
 }

@@ -73,17 +73,20 @@ type Result struct {
 	GatewayRSSAfterBulkMiB float64 `json:"gateway_rss_after_bulk_mib"`
 	GatewayPeakRSSMiB      float64 `json:"gateway_peak_rss_mib"`
 	// The largest member process (caplb-agent wireguard) peak, after the same runs.
-	MemberPeakRSSMiB float64   `json:"member_peak_rss_mib"`
-	Started          time.Time `json:"started"`
-	Cores            int       `json:"cores"`
-	Workers          int       `json:"workers"`
-	LoadAverage      string    `json:"load_average_at_start"`
+	MemberPeakRSSMiB float64 `json:"member_peak_rss_mib"`
+	// Device: the tunnel device of every gateway and member (netstack or tun).
+	Device      string    `json:"device"`
+	Started     time.Time `json:"started"`
+	Cores       int       `json:"cores"`
+	Workers     int       `json:"workers"`
+	LoadAverage string    `json:"load_average_at_start"`
 }
 
 func main() {
 	trials := flag.Int("trials", 20, "trials per scenario")
 	out := flag.String("out", os.Getenv("BENCH_OUT"), "JSON output (default $BENCH_OUT or _out/bench-wireguard.json)")
 	only := flag.String("scenarios", "all", "comma-separated fault scenarios to run after the path figures (all, or none for latency/throughput/RSS only)")
+	device := flag.String("device", "netstack", "tunnel device of every gateway and member: netstack or tun")
 	flag.Parse()
 	if *out == "" {
 		*out = "_out/bench-wireguard.json"
@@ -92,13 +95,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-wireguard: needs root (network namespaces)")
 		os.Exit(1)
 	}
-	if err := run(*trials, *out, *only); err != nil {
+	if err := run(*trials, *out, *only, *device); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-wireguard:", err)
 		os.Exit(1)
 	}
 }
 
-func run(trials int, out, only string) error {
+func run(trials int, out, only, device string) error {
 	bins, cleanup, err := wglab.BuildBinaries()
 	if err != nil {
 		return err
@@ -109,13 +112,13 @@ func run(trials int, out, only string) error {
 		return err
 	}
 	defer l.Close()
-	w, err := wglab.Start(l, bins, wglab.Options{})
+	w, err := wglab.Start(l, bins, wglab.Options{Device: device})
 	if err != nil {
 		return err
 	}
 	la, _ := os.ReadFile("/proc/loadavg")
 	res := &Result{Scenarios: map[string]*Scenario{}, Started: time.Now().UTC(), Workers: workers, Cores: numCPU(),
-		LoadAverage: strings.TrimSpace(string(la))}
+		LoadAverage: strings.TrimSpace(string(la)), Device: device}
 	if err := measurePath(w, res); err != nil {
 		return fmt.Errorf("latency/throughput: %w", err)
 	}

@@ -5,6 +5,7 @@
 package wglab
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
@@ -69,6 +70,9 @@ type Options struct {
 	Members int // default 3
 	// GatewayExtra / MemberExtra are appended to the generated YAML configs (overrides).
 	GatewayExtra, MemberExtra string
+	// Device "tun" puts every gateway's and member's tunnel on a TUN interface; the members'
+	// API servers then listen on all addresses, as kubeadm's do. Default netstack.
+	Device string
 }
 
 // Lab is the running WireGuard lab.
@@ -133,6 +137,7 @@ listen: "%s:%d"
 wireguard:
   listenPort: %d
   privateKeyFile: %s/gateway.key
+  device: %s
 registration:
   listen: "%s:%d"
   tokenFile: %s
@@ -141,7 +146,7 @@ health:
   caFile: %s
 admin:
   listen: "%s"
-`, g.Name, g.Addr, APIPort, WGPort, dir, g.Addr, RegPort, token, dir, ca.File, GWAdmin) + o.GatewayExtra
+`, g.Name, g.Addr, APIPort, WGPort, dir, cmp.Or(o.Device, "netstack"), g.Addr, RegPort, token, dir, ca.File, GWAdmin) + o.GatewayExtra
 		if err := writeFile(g.cfg, y); err != nil {
 			return nil, err
 		}
@@ -162,9 +167,10 @@ privateKeyFile: %s/member.key
 tokenFile: %s
 gateways:
 %sdrainTimeout: 5s
+device: %s
 admin:
   listen: "%s"
-`, m.Name, dir, token, gws.String(), MemAdmin) + o.MemberExtra
+`, m.Name, dir, token, gws.String(), cmp.Or(o.Device, "netstack"), MemAdmin) + o.MemberExtra
 		if err := writeFile(m.cfg, y); err != nil {
 			return nil, err
 		}
@@ -172,8 +178,12 @@ admin:
 		if err != nil {
 			return nil, err
 		}
+		listen := fmt.Sprintf("127.0.0.1:%d", APIPort)
+		if o.Device == "tun" {
+			listen = fmt.Sprintf(":%d", APIPort) // all addresses: the tunnel's connections come straight in
+		}
 		m.Standin, err = m.NS.Start(m.Name+"-apiserver", []string{bins.Standin, "-name", m.Name, "-listen",
-			fmt.Sprintf("127.0.0.1:%d", APIPort), "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
+			listen, "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
 		if err != nil {
 			return nil, err
 		}
