@@ -28,12 +28,14 @@ func TestTUNDeviceLetsInOnlyTheAPIServerPort(t *testing.T) {
 	g := NewWithT(t)
 	w := startLab(t, wglab.Options{Device: "tun"})
 	m, gw := w.Members[0], w.Gateways[0]
+	cert, key := w.L.Dir()+"/"+m.Name+"/"+m.Name+".crt", w.L.Dir()+"/"+m.Name+"/"+m.Name+".key"
 	kubelet, err := m.NS.Start(m.Name+"-kubelet", []string{w.Bins.Standin, "-name", "kubelet", "-listen", ":10250",
-		"-cert", w.L.Dir() + "/" + m.Name + "/" + m.Name + ".crt", "-key", w.L.Dir() + "/" + m.Name + "/" + m.Name + ".key"}, nil)
+		"-cert", cert, "-key", key}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer kubelet.Stop(time.Second)
 	st, err := w.MemberStatus(m)
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.APIServerListening).To(HaveValue(BeTrue()), "the stand-in listens on all addresses, as kubeadm's API server")
 	g.Eventually(func() (string, error) {
 		return m.NS.Run(context.Background(), "ss", "-Htln", "sport = :10250")
 	}, 5*time.Second, 50*time.Millisecond).Should(ContainSubstring("LISTEN"), "the kubelet stand-in listens on all addresses")
@@ -54,4 +56,17 @@ func TestTUNDeviceLetsInOnlyTheAPIServerPort(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		g.Expect(line).To(HavePrefix("LISTEN"), "no connection to 10250 reached the member's kernel: %s", out)
 	}
+
+	// An API server bound to loopback only takes none of the tunnel's connections: the member
+	// says so in its status (and logs it).
+	_ = m.Standin.Stop(time.Second) // exits on SIGTERM: "signal: terminated"
+	loopback, err := m.NS.Start(m.Name+"-apiserver-loopback", []string{w.Bins.Standin, "-name", m.Name, "-listen", "127.0.0.1:6443",
+		"-cert", cert, "-key", key}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer loopback.Stop(time.Second)
+	g.Eventually(func() (*bool, error) {
+		st, err := w.MemberStatus(m)
+		return st.APIServerListening, err
+	}, 5*time.Second, 50*time.Millisecond).Should(HaveValue(BeFalse()))
+	g.Expect(dial("6443")).NotTo(Succeed(), "refused: nothing listens on the tunnel address")
 }

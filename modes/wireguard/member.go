@@ -106,6 +106,10 @@ func (m *Member) Run(ctx, force context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); m.registerLoop(ctx, g.Endpoint) }()
 	}
+	if m.cfg.Device == DeviceTUN {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.watchAPIServerListener(ctx) }()
+	}
 	<-ctx.Done()
 	wg.Wait()
 
@@ -302,12 +306,16 @@ func (m *Member) deregisterAll(ctx context.Context, pub Key) {
 
 // MemberState reports the member's keys and gateways.
 type MemberState struct {
-	Node          string        `json:"node"`
-	PublicKey     string        `json:"publicKey"`
-	TunnelAddress string        `json:"tunnelAddress"`
-	Open          int           `json:"openConnections"`
-	Retiring      []string      `json:"retiringKeys,omitempty"`
-	Gateways      []GatewayView `json:"gateways"`
+	Node          string `json:"node"`
+	PublicKey     string `json:"publicKey"`
+	TunnelAddress string `json:"tunnelAddress"`
+	Open          int    `json:"openConnections"`
+	// APIServerListening (device tun): whether a listener on tunnelPort takes connections to the
+	// tunnel address (the API server on all addresses). Without one the gateways' dials are
+	// refused: expected until kubeadm init starts the API server, a misconfiguration after.
+	APIServerListening *bool         `json:"apiServerListening,omitempty"`
+	Retiring           []string      `json:"retiringKeys,omitempty"`
+	Gateways           []GatewayView `json:"gateways"`
 }
 
 // GatewayView is one gateway as the member sees it.
@@ -329,6 +337,10 @@ func (m *Member) Status() MemberState {
 	}
 	s.PublicKey, s.TunnelAddress = m.cur.pub.String(), m.cur.tun.Addr.String()
 	s.Open = m.cur.openConnections()
+	if m.cfg.Device == DeviceTUN {
+		ok := m.apiServerListening(m.cur.tun.Addr)
+		s.APIServerListening = &ok
+	}
 	for _, g := range m.retiring {
 		s.Retiring = append(s.Retiring, g.pub.String())
 	}

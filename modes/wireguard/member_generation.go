@@ -129,6 +129,40 @@ func (m *Member) openTUNGeneration(g *generation, addr netip.Addr) error {
 	return nil
 }
 
+// apiServerListening (device tun) reports whether something listens on tunnelPort for
+// connections to addr; an unreadable /proc counts as yes (nothing to warn about then).
+func (m *Member) apiServerListening(addr netip.Addr) bool {
+	n, err := listenersFor(netip.AddrPortFrom(addr, uint16(m.cfg.TunnelPort)))
+	return err != nil || n > 0
+}
+
+// watchAPIServerListener (device tun) logs when the API server starts or stops taking the
+// tunnel's connections: the kernel hands them to whatever listens on tunnelPort on all
+// addresses, and an API server bound to one address refuses every one of them.
+func (m *Member) watchAPIServerListener(ctx context.Context) {
+	var last *bool
+	for {
+		m.mu.Lock()
+		addr := m.cur.tun.Addr
+		m.mu.Unlock()
+		ok := m.apiServerListening(addr)
+		if last == nil || *last != ok {
+			if ok {
+				m.log.Info("the API server takes the tunnel's connections", "port", m.cfg.TunnelPort)
+			} else {
+				m.log.Info("nothing listens on all addresses on tunnelPort: the gateways' connections are refused until the API server does (expected before kubeadm init; else check its --bind-address)",
+					"port", m.cfg.TunnelPort, "tunnelAddress", addr.String())
+			}
+			last = &ok
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
 // serve forwards every tunnel connection to the local API server (netstack).
 func (m *Member) serve(g *generation) {
 	for {

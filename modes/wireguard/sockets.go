@@ -18,6 +18,18 @@ import (
 // TUN device. Connections still in the listener's queues count too (the kernel lists them),
 // so a drain never ends under a connection the gateway has just opened.
 func openTCPConnections(ap netip.AddrPort) (int, error) {
+	return countProcTCP(func(r io.Reader) (int, error) { return countTCPConnections(r, ap) })
+}
+
+// listenersFor counts the node's TCP listeners that accept connections to ap: on ap itself or on
+// the unspecified address of its family, or on :: for an IPv4 ap (a dual-stack listener, as Go
+// and kube-apiserver make for "0.0.0.0" and ":port").
+func listenersFor(ap netip.AddrPort) (int, error) {
+	return countProcTCP(func(r io.Reader) (int, error) { return countTCPListeners(r, ap) })
+}
+
+// countProcTCP sums count over /proc/net/tcp and /proc/net/tcp6.
+func countProcTCP(count func(io.Reader) (int, error)) (int, error) {
 	total := 0
 	for _, path := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		f, err := os.Open(path)
@@ -27,7 +39,7 @@ func openTCPConnections(ap netip.AddrPort) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		n, err := countTCPConnections(f, ap)
+		n, err := count(f)
 		f.Close()
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", path, err)
@@ -47,6 +59,35 @@ const (
 // countTCPConnections reads /proc/net/tcp or tcp6 text. An IPv4 connection accepted by a
 // dual-stack listener appears in tcp6 as ::ffff:a.b.c.d; it counts for the IPv4 address.
 func countTCPConnections(r io.Reader, ap netip.AddrPort) (int, error) {
+	return scanProcTCP(r, func(local netip.AddrPort, state uint64) bool {
+		switch state {
+		case tcpStateTimeWait, tcpStateClose, tcpStateListen:
+			return false
+		}
+		return local.Addr().Unmap() == ap.Addr().Unmap() && local.Port() == ap.Port()
+	})
+}
+
+// countTCPListeners reads /proc/net/tcp or tcp6 text for listeners that take connections to ap.
+func countTCPListeners(r io.Reader, ap netip.AddrPort) (int, error) {
+	want := ap.Addr().Unmap()
+	return scanProcTCP(r, func(local netip.AddrPort, state uint64) bool {
+		if state != tcpStateListen || local.Port() != ap.Port() {
+			return false
+		}
+		a := local.Addr()
+		switch {
+		case a.Unmap() == want:
+			return true
+		case a.IsUnspecified():
+			return a.Is4() == want.Is4() || (a.Is6() && want.Is4())
+		}
+		return false
+	})
+}
+
+// scanProcTCP counts the sockets of /proc/net/tcp or tcp6 text that match.
+func scanProcTCP(r io.Reader, match func(local netip.AddrPort, state uint64) bool) (int, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	n := 0
@@ -68,11 +109,7 @@ func countTCPConnections(r io.Reader, ap netip.AddrPort) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("state %q: %w", fields[3], err)
 		}
-		switch state {
-		case tcpStateTimeWait, tcpStateClose, tcpStateListen:
-			continue
-		}
-		if local.Addr().Unmap() == ap.Addr().Unmap() && local.Port() == ap.Port() {
+		if match(local, state) {
 			n++
 		}
 	}

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"runtime"
@@ -10,7 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-func TestCountTCPConnectionsParsesProcText(t *testing.T) {
+func TestProcTCPParsing(t *testing.T) {
 	// Lines as a little-endian Linux prints them: 10.231.0.2:6443 listening, two connections
 	// to it (one ESTABLISHED, one SYN_RECV), one TIME_WAIT, one on another port; in tcp6 the
 	// tunnel address fd63:6c62:7767::2 with one ESTABLISHED and one CLOSE_WAIT, and a
@@ -31,22 +32,29 @@ func TestCountTCPConnectionsParsesProcText(t *testing.T) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		t.Skip("the fixture is little-endian /proc text")
 	}
+	conns, listeners := countTCPConnections, countTCPListeners
 	tests := []struct {
-		name string
-		text string
-		ap   string
-		want int
+		name  string
+		count func(io.Reader, netip.AddrPort) (int, error)
+		text  string
+		ap    string
+		want  int
 	}{
-		{"IPv4 tunnel address", tcp4, "10.231.0.2:6443", 2},
-		{"IPv4 other port", tcp4, "10.231.0.2:10242", 1},
-		{"IPv6 tunnel address", tcp6, "[fd63:6c62:7767::2]:6443", 2},
-		{"IPv4 via a dual-stack listener", tcp6, "10.231.0.2:6443", 1},
-		{"nobody", tcp6, "[fd63:6c62:7767::3]:6443", 0},
+		{"connections: IPv4 tunnel address", conns, tcp4, "10.231.0.2:6443", 2},
+		{"connections: IPv4 other port", conns, tcp4, "10.231.0.2:10242", 1},
+		{"connections: IPv6 tunnel address", conns, tcp6, "[fd63:6c62:7767::2]:6443", 2},
+		{"connections: IPv4 via a dual-stack listener", conns, tcp6, "10.231.0.2:6443", 1},
+		{"connections: nobody", conns, tcp6, "[fd63:6c62:7767::3]:6443", 0},
+		{"listeners: IPv4 address, 0.0.0.0 listener", listeners, tcp4, "10.231.0.2:6443", 1},
+		{"listeners: IPv4 address, dual-stack :: listener", listeners, tcp6, "10.231.0.2:6443", 1},
+		{"listeners: IPv6 address, :: listener", listeners, tcp6, "[fd63:6c62:7767::2]:6443", 1},
+		{"listeners: IPv6 address, IPv4-only listener", listeners, tcp4, "[fd63:6c62:7767::2]:6443", 0},
+		{"listeners: other port", listeners, tcp4, "10.231.0.2:10242", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			n, err := countTCPConnections(strings.NewReader(tc.text), netip.MustParseAddrPort(tc.ap))
+			n, err := tc.count(strings.NewReader(tc.text), netip.MustParseAddrPort(tc.ap))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(n).To(Equal(tc.want))
 		})
@@ -82,6 +90,12 @@ func TestOpenTCPConnectionsCountsRealSockets(t *testing.T) {
 			}
 			// Not accepted yet: they wait in the listener's queue, and count.
 			g.Expect(openTCPConnections(ap)).To(Equal(3))
+			g.Expect(listenersFor(ap)).To(Equal(1))
+			other := netip.AddrPortFrom(netip.MustParseAddr("fd63:6c62:7767::2"), ap.Port())
+			if network == "tcp4" {
+				other = netip.AddrPortFrom(netip.MustParseAddr("10.231.0.2"), ap.Port())
+			}
+			g.Expect(listenersFor(other)).To(Equal(0), "a loopback listener takes no tunnel connection")
 			for _, c := range conns {
 				c.Close()
 			}
