@@ -113,7 +113,7 @@ func TestSmokeRealAPIServer(t *testing.T) {
 	}
 	lb := &lbv1.LoadBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lb"},
 		Spec: lbv1.LoadBalancerSpec{ClusterName: "c1", Backend: lbv1.Backend{Static: &lbv1.StaticBackend{}},
-			Quiesce: lbv1.Quiesce{DrainPeriod: &metav1.Duration{Duration: time.Second}}}}
+			Quiesce: lbv1.Quiesce{DrainPeriod: &lbv1.Duration{Duration: time.Second}}}}
 	g.Expect(c.Create(ctx, lb)).To(Succeed())
 
 	hook := lbv1.PreDrainHookAnnotation("lb")

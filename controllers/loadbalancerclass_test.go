@@ -22,7 +22,7 @@ func arpBackend(from *lbv1.AddressFrom) lbv1.Backend {
 }
 
 func TestMergeTemplate(t *testing.T) {
-	drain := &metav1.Duration{Duration: 3 * time.Second}
+	drain := &lbv1.Duration{Duration: 3 * time.Second}
 	for _, tc := range []struct {
 		name       string
 		have, want lbv1.LoadBalancerSpec

@@ -199,6 +199,6 @@ func testLB(name, cluster string) *lbv1.LoadBalancer {
 	lb := newLB(name)
 	lb.Finalizers = []string{lbv1.LoadBalancerFinalizer} // the first reconcile only adds it: see TestFinalizerFirst
 	lb.Spec.ClusterName = cluster
-	lb.Spec.Quiesce = lbv1.Quiesce{DrainPeriod: &metav1.Duration{Duration: 10 * time.Second}, Timeout: metav1.Duration{Duration: time.Minute}}
+	lb.Spec.Quiesce = lbv1.Quiesce{DrainPeriod: &lbv1.Duration{Duration: 10 * time.Second}, Timeout: lbv1.Duration{Duration: time.Minute}}
 	return lb
 }

@@ -54,13 +54,13 @@ func TestValidate(t *testing.T) {
 			lb.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"-bad": "x"}}
 		}, []string{"spec.selector.matchLabels"}},
 		{"drain longer than timeout (with default timeout)", func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 5 * time.Minute}
+			lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 5 * time.Minute}
 		}, []string{"spec.quiesce.drainPeriod", "must not exceed spec.quiesce.timeout (2m0s)"}},
 		{"probe timeout longer than interval", func(lb *lbv1.LoadBalancer) {
-			lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: time.Minute}
+			lb.Spec.HealthCheck.Timeout = lbv1.Duration{Duration: time.Minute}
 		}, []string{"spec.healthCheck.timeout", "must not exceed spec.healthCheck.interval"}},
 		{"probe timeout longer than interval, probes disabled", func(lb *lbv1.LoadBalancer) {
-			lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: time.Minute}
+			lb.Spec.HealthCheck.Timeout = lbv1.Duration{Duration: time.Minute}
 			lb.Spec.HealthCheck.Disabled = true
 		}, nil},
 		{"static: port other than targetPort with empty host", func(lb *lbv1.LoadBalancer) { lb.Spec.Endpoint.Port = 443 },

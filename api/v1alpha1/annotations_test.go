@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +45,7 @@ func TestEffectiveDefaults(t *testing.T) {
 	g.Expect(spec.HealthCheck.EffectiveInterval()).To(Equal(10 * time.Second))
 	g.Expect(spec.HealthCheck.EffectiveTimeout()).To(Equal(2 * time.Second))
 	g.Expect(spec.Quiesce.EffectiveDrainPeriod()).To(Equal(10*time.Second), "unset drain period takes the default")
-	spec.Quiesce.DrainPeriod = &metav1.Duration{}
+	spec.Quiesce.DrainPeriod = &Duration{}
 	g.Expect(spec.Quiesce.EffectiveDrainPeriod()).To(BeZero(), "an explicit 0s means no drain")
 	g.Expect(spec.Quiesce.EffectiveTimeout()).To(Equal(2 * time.Minute))
 	g.Expect(TargetKind{}.IsNode()).To(BeFalse(), "empty kind means Machine")

@@ -22,6 +22,7 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required with spec.backend.wireguard: the join token, bootstrap and gateway Secrets and the health checks' CA belong to a Cluster"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || size(self.backend.wireguard.gateways) < 2 || (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0)",message="spec.endpoint.host is required with more than one gateway: a DNS name with one record per gateway (or an address held across the gateway hosts), so that clients fail over between them"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s')",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
+// +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || !isIP(self.endpoint.host) || ip(self.endpoint.host).isGlobalUnicast()",message="spec.endpoint.host is the VIP of the arp and bgp backends and must be a unicast address of the members' segment: not loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8), broadcast or unspecified (0.0.0.0, ::)"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -185,12 +186,14 @@ type HealthCheck struct {
 	// interval between probes.
 	// +optional
 	// +kubebuilder:default="10s"
-	Interval metav1.Duration `json:"interval,omitzero"`
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('100ms') && duration(self) <= duration('1h'))",message="spec.healthCheck.interval must be between 100ms and 1h (0s means the default, 10s)"
+	Interval Duration `json:"interval,omitzero"`
 
 	// timeout of one probe.
 	// +optional
 	// +kubebuilder:default="2s"
-	Timeout metav1.Duration `json:"timeout,omitzero"`
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('10ms') && duration(self) <= duration('5m'))",message="spec.healthCheck.timeout must be between 10ms and 5m (0s means the default, 2s)"
+	Timeout Duration `json:"timeout,omitzero"`
 
 	// disabled turns endpoint probing off (e.g. when the manager cannot reach the endpoint);
 	// the endpoint is then reported available as soon as it is set.
@@ -207,14 +210,14 @@ type Quiesce struct {
 	// before the backend reports it quiesced. "0s" means no drain; unset means the default.
 	// +optional
 	// +kubebuilder:default="10s"
-	DrainPeriod *metav1.Duration `json:"drainPeriod,omitempty"`
+	DrainPeriod *Duration `json:"drainPeriod,omitempty"`
 
 	// timeout bounds the wait for the backend to confirm a quiesce. When it expires the member is
 	// released anyway (its deletion goes on) and a Warning event says so: caplb never blocks a
 	// Machine's deletion for ever.
 	// +optional
 	// +kubebuilder:default="2m"
-	Timeout metav1.Duration `json:"timeout,omitzero"`
+	Timeout Duration `json:"timeout,omitzero"`
 
 	// preTerminateHook also places a CAPI pre-terminate hook on member Machines, released with
 	// the pre-drain hook once the member has left the data plane. CAPI skips pre-drain hooks for

@@ -2,8 +2,6 @@ package v1alpha1
 
 import (
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // WireGuardBackend serves the endpoint on gateways that pass each TCP connection (TLS untouched)
@@ -38,7 +36,7 @@ type WireGuardBackend struct {
 	// flushed one within this interval. Whole seconds, written like 5s. Default 1s.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]{1,5}s$') && duration(self) >= duration('1s') && duration(self) <= duration('65535s')",message="spec.backend.wireguard.persistentKeepalive must be whole seconds between 1s and 65535s, written like 5s (WireGuard counts seconds); 1s is the default"
-	PersistentKeepalive *metav1.Duration `json:"persistentKeepalive,omitempty"`
+	PersistentKeepalive *Duration `json:"persistentKeepalive,omitempty"`
 
 	// device carries the tunnel's TCP connections on members and gateways. netstack (default):
 	// userspace TCP inside the process; no TUN, no host route, no capability. tun: a TUN
@@ -143,12 +141,12 @@ type WireGuardHealth struct {
 	// interval between two checks of one member. Default 250ms.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('50ms') && duration(self) <= duration('1m')",message="spec.backend.wireguard.health.interval must be between 50ms and 1m"
-	Interval *metav1.Duration `json:"interval,omitempty"`
+	Interval *Duration `json:"interval,omitempty"`
 
 	// timeout of one check. Default 1s.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('50ms') && duration(self) <= duration('1m')",message="spec.backend.wireguard.health.timeout must be between 50ms and 1m"
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 
 	// rise: consecutive passes that put a member into rotation. Default 2.
 	// +optional

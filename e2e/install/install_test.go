@@ -190,7 +190,7 @@ func runStaticLoadBalancer(ctx context.Context, t *testing.T, env *harness.Env, 
 			Endpoint:    lbv1.APIEndpoint{Host: "127.0.0.1", Port: int32(ext.Port)},
 			Backend:     lbv1.Backend{Static: &lbv1.StaticBackend{}},
 			HealthCheck: lbv1.HealthCheck{
-				Interval: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Second},
+				Interval: lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Second},
 			},
 		},
 	}

@@ -111,7 +111,68 @@ func testAdmission(t *testing.T, s *suite) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"extraPorts": []any{int64(70000)}}}
 		}, []string{"spec.backend.arp.extraPorts"}},
+		{"duration without units", func(s map[string]any) {
+			s["healthCheck"] = map[string]any{"interval": "soon"}
+		}, []string{"spec.healthCheck.interval", "must be a non-negative duration with units"}},
+		{"duration too large to parse", func(s map[string]any) {
+			s["healthCheck"] = map[string]any{"timeout": "999999h999999h999999h"}
+		}, []string{"spec.healthCheck.timeout"}},
+		{"probe interval out of range", func(s map[string]any) {
+			s["healthCheck"] = map[string]any{"interval": "2h"}
+		}, []string{"spec.healthCheck.interval must be between 100ms and 1h"}},
+		{"negative drain period", func(s map[string]any) {
+			s["quiesce"] = map[string]any{"drainPeriod": "-5s"}
+		}, []string{"spec.quiesce.drainPeriod", "must be a non-negative duration"}},
+		{"quiesce timeout without units", func(s map[string]any) {
+			s["quiesce"] = map[string]any{"timeout": "120"}
+		}, []string{"spec.quiesce.timeout", "must be a non-negative duration with units"}},
+		{"agent timer not a duration", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{"settle": "later"}}}}
+		}, []string{"spec.backend.arp.agent.timers.settle", "must be a non-negative duration"}},
+		{"agent probe interval out of range", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{"probeInterval": "1h"}}}}
+		}, []string{"agent.timers.probeInterval must be between 10ms and 10s"}},
+		{"bgp hold time below RFC 4271's minimum", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "holdTime": "2s"}}}}
+		}, []string{"spec.backend.bgp.peers[0].holdTime", "whole seconds between 3s and 65535s"}},
+		{"bgp hold time in fractions of a second", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "holdTime": "3500ms"}}}}
+		}, []string{"spec.backend.bgp.peers[0].holdTime", "whole seconds"}},
+		{"bgp keepalive not shorter than hold time", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "holdTime": "6s", "keepaliveTime": "6s"}}}}
+		}, []string{"keepaliveTime must be shorter than holdTime"}},
+		{"wireguard health interval not a duration", func(s map[string]any) {
+			s["backend"] = map[string]any{"wireguard": map[string]any{
+				"gateways": []any{map[string]any{"name": "gw", "address": "198.51.100.1"}},
+				"health":   map[string]any{"interval": "often"}}}
+		}, []string{"spec.backend.wireguard.health.interval"}},
 	}
+	for _, vip := range []string{"127.0.0.10", "::1", "224.0.0.18", "ff02::12", "0.0.0.0", "::", "169.254.10.10", "fe80::10", "255.255.255.255"} {
+		creates = append(creates, struct {
+			name   string
+			mutate func(spec map[string]any)
+			want   []string
+		}{"arp VIP " + vip, func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": vip}
+			s["backend"] = map[string]any{"arp": map[string]any{}}
+		}, []string{"spec.endpoint.host is the VIP of the arp and bgp backends and must be a unicast address"}})
+	}
+	creates = append(creates, struct {
+		name   string
+		mutate func(spec map[string]any)
+		want   []string
+	}{"arp VIP IPv4-mapped IPv6", func(s map[string]any) {
+		s["endpoint"] = map[string]any{"host": "::ffff:10.0.0.10"}
+		s["backend"] = map[string]any{"arp": map[string]any{}}
+	}, []string{"spec.endpoint.host"}})
 	for _, tc := range creates {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -224,4 +285,52 @@ func updateLBSpec(ctx context.Context, s *suite, ns, name string, mutate func(sp
 		}
 		return s.env.Client.Update(ctx, u)
 	})
+}
+
+// The rules that refuse bad values accept every form the docs show: the refusals above must not
+// come from rules that refuse everything.
+func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
+	ns, err := s.env.CreateNamespace(t.Context(), "admission-good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := func(host string, backend map[string]any) func(map[string]any) {
+		return func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": host}
+			s["backend"] = backend
+		}
+	}
+	peer := func(extra map[string]any) map[string]any {
+		p := map[string]any{"address": "10.0.0.1", "asn": int64(64500)}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return map[string]any{"bgp": map[string]any{"asn": int64(64512), "peers": []any{p}}}
+	}
+	cases := []struct {
+		name   string
+		mutate func(spec map[string]any)
+	}{
+		{"durations in every written form", func(s map[string]any) {
+			s["healthCheck"] = map[string]any{"interval": "1m30s", "timeout": "1.5s"}
+			s["quiesce"] = map[string]any{"drainPeriod": "0", "timeout": "2m"}
+		}},
+		{"zero drain period", func(s map[string]any) { s["quiesce"] = map[string]any{"drainPeriod": "0s"} }},
+		{"zero interval means the default", func(s map[string]any) { s["healthCheck"] = map[string]any{"interval": "0s"} }},
+		{"arp VIP IPv4", vip("10.0.0.10", map[string]any{"arp": map[string]any{}})},
+		{"arp VIP IPv6", vip("fd00::10", map[string]any{"arp": map[string]any{}})},
+		{"arp VIP public", vip("198.51.100.10", map[string]any{"arp": map[string]any{}})},
+		{"arp timers", vip("10.0.0.10", map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{
+			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms"}}}})},
+		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},
+		{"bgp keepalive below the default hold time", vip("10.0.0.10", peer(map[string]any{"keepaliveTime": "3s"}))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.mutate(spec)
+			err := s.env.Client.Create(t.Context(), lbObject(ns, "good", spec), client.DryRunAll, client.FieldValidation("Strict"))
+			NewWithT(t).Expect(err).To(Succeed())
+		})
+	}
 }

@@ -57,10 +57,10 @@ func testLoadBalancerClass(t *testing.T, s *suite) {
 				TargetPort: port,
 				Backend:    lbv1.Backend{Static: &lbv1.StaticBackend{}},
 				HealthCheck: lbv1.HealthCheck{
-					Interval: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Second},
+					Interval: lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Second},
 				},
 				Quiesce: lbv1.Quiesce{
-					DrainPeriod: &metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
+					DrainPeriod: &lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Minute},
 				},
 			}},
 		},
@@ -136,7 +136,7 @@ func testLoadBalancerClass(t *testing.T, s *suite) {
 		if err := s.env.Client.Get(ctx, client.ObjectKeyFromObject(class), c); err != nil {
 			return err
 		}
-		c.Spec.Template.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 3 * time.Second}
+		c.Spec.Template.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 3 * time.Second}
 		return s.env.Client.Update(ctx, c)
 	})).To(Succeed())
 	for _, name := range []string{"c2-cp", "c3-cp"} {

@@ -169,10 +169,10 @@ func testNodeTargets(t *testing.T, s *suite) {
 			TargetPort: int32(apiservers.Port),
 			Backend:    lbv1.Backend{Static: &lbv1.StaticBackend{}},
 			HealthCheck: lbv1.HealthCheck{
-				Interval: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Second},
+				Interval: lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Second},
 			},
 			Quiesce: lbv1.Quiesce{
-				DrainPeriod: &metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
+				DrainPeriod: &lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Minute},
 			},
 		},
 	}

@@ -69,6 +69,7 @@ func TestIntegration(t *testing.T) {
 			{"PreTerminateHookHoldsSkippedMachine", testPreTerminateHookHoldsSkippedMachine},
 			{"PauseUnpause", testPause},
 			{"Admission", testAdmission},
+			{"AdmissionAcceptsGoodValues", testAdmissionAcceptsGoodValues},
 			{"Immutability", testImmutability},
 			{"ControlPlanePublication", testControlPlanePublication},
 			{"SamplesValid", testSamplesValid},
@@ -196,7 +197,7 @@ type lbOption func(*lbv1.LoadBalancer)
 // withDrain sets the quiesce drain period (and a timeout comfortably above it).
 func withDrain(d time.Duration) lbOption {
 	return func(lb *lbv1.LoadBalancer) {
-		lb.Spec.Quiesce = lbv1.Quiesce{DrainPeriod: &metav1.Duration{Duration: d}, Timeout: metav1.Duration{Duration: 2*d + time.Minute}}
+		lb.Spec.Quiesce = lbv1.Quiesce{DrainPeriod: &lbv1.Duration{Duration: d}, Timeout: lbv1.Duration{Duration: 2*d + time.Minute}}
 	}
 }
 
@@ -211,10 +212,10 @@ func (f *fixture) createLB(t *testing.T, host string, port int32, opts ...lbOpti
 			Endpoint:    lbv1.APIEndpoint{Host: host, Port: port},
 			Backend:     lbv1.Backend{Static: &lbv1.StaticBackend{}},
 			HealthCheck: lbv1.HealthCheck{
-				Interval: metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Second},
+				Interval: lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Second},
 			},
 			Quiesce: lbv1.Quiesce{
-				DrainPeriod: &metav1.Duration{Duration: time.Second}, Timeout: metav1.Duration{Duration: time.Minute},
+				DrainPeriod: &lbv1.Duration{Duration: time.Second}, Timeout: lbv1.Duration{Duration: time.Minute},
 			},
 		},
 	}

@@ -141,7 +141,7 @@ func testVIPFromIPAMBeforeMachines(t *testing.T, s *suite) {
 	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKeyFromObject(lb), lb)).To(Succeed())
 	gen := lb.Generation
 	orig := lb.DeepCopy()
-	lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: 500 * time.Millisecond}
+	lb.Spec.HealthCheck.Timeout = lbv1.Duration{Duration: 500 * time.Millisecond}
 	g.Expect(s.env.Client.Patch(f.ctx, lb, client.MergeFrom(orig))).To(Succeed())
 	f.waitLB(t, "reconciled the change", func(lb *lbv1.LoadBalancer) bool { return lb.Status.ObservedGeneration > gen })
 	g.Expect(f.bootstrapSecret(g).Data[agentv1.SecretGossipKeyKey]).To(Equal(sec.Data[agentv1.SecretGossipKeyKey]))

@@ -89,7 +89,7 @@ func testWireGuardRealGateway(t *testing.T, s *suite) {
 	f.createLB(t, "", epPort, withDrain(drain), func(lb *lbv1.LoadBalancer) {
 		lb.Spec.Backend = lbv1.Backend{WireGuard: &lbv1.WireGuardBackend{Gateways: []lbv1.WireGuardGateway{
 			{Name: "gw-1", Address: "127.0.0.1", Port: gwPort}},
-			Health: lbv1.WireGuardHealth{Interval: &metav1.Duration{Duration: 100 * time.Millisecond}}}}
+			Health: lbv1.WireGuardHealth{Interval: &lbv1.Duration{Duration: 100 * time.Millisecond}}}}
 	})
 	f.waitLB(t, "endpoint is the gateway", func(lb *lbv1.LoadBalancer) bool {
 		return lb.Status.Endpoint == lbv1.APIEndpoint{Host: "127.0.0.1", Port: epPort}

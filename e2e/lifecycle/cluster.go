@@ -76,7 +76,7 @@ func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	drain := metav1.Duration{Duration: labDrainPeriod}
+	drain := lbv1.Duration{Duration: labDrainPeriod}
 	lb.Spec.Quiesce.DrainPeriod = &drain
 	if b := lb.Spec.Backend.BGP; b != nil {
 		// The lab has one router (the sample two) and takes the VIP from its pool, as the ARP

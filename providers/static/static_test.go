@@ -125,8 +125,8 @@ func TestFixedEndpointProbeDoesNotBlockEnsure(t *testing.T) {
 		lb.Name = "lb-" + strconv.Itoa(i)
 		lb.UID = types.UID(lb.Name)
 		lb.Spec.Endpoint = lbv1.APIEndpoint{Host: "10.255.255.1", Port: 6443}
-		lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: time.Hour}
-		lb.Spec.HealthCheck.Interval = metav1.Duration{Duration: time.Hour}
+		lb.Spec.HealthCheck.Timeout = lbv1.Duration{Duration: time.Hour}
+		lb.Spec.HealthCheck.Interval = lbv1.Duration{Duration: time.Hour}
 		go func() {
 			st, _ := b.Ensure(context.Background(), lb, nil)
 			done <- st
@@ -177,7 +177,7 @@ func TestFixedEndpointProbeTimeout(t *testing.T) {
 	b := &Backend{Dialer: blockingDialer{}}
 	lb := newLB()
 	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: "10.255.255.1", Port: 6443}
-	lb.Spec.HealthCheck.Timeout = metav1.Duration{Duration: 50 * time.Millisecond}
+	lb.Spec.HealthCheck.Timeout = lbv1.Duration{Duration: 50 * time.Millisecond}
 	var st providers.EndpointStatus
 	g.Eventually(func() string {
 		st, _ = b.Ensure(context.Background(), lb, nil)
@@ -268,7 +268,7 @@ func TestQuiesce(t *testing.T) {
 	clock := now
 	b := &Backend{Now: func() time.Time { return clock }}
 	lb := newLB()
-	lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 10 * time.Second}
+	lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 10 * time.Second}
 	m := providers.Member{Name: "m1", Addresses: map[string]string{"InternalIP": "10.0.0.1"}, State: lbv1.TargetRemoving, Since: now}
 
 	t.Run("member still carries the endpoint", func(t *testing.T) {

@@ -35,7 +35,7 @@ func readyNode(name string) *corev1.Node {
 // quiesceEnv is an arp LoadBalancer with three members at version 3, n1 holding.
 func quiesceEnv(t *testing.T) (*Backend, client.Client, *lbv1.LoadBalancer, *clock) {
 	lb := arpLB()
-	lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 5 * time.Second}
+	lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 5 * time.Second}
 	objs := []client.Object{lb}
 	for _, n := range []string{"n1", "n2", "n3"} {
 		objs = append(objs, readyNode(n))
@@ -140,7 +140,7 @@ func TestQuiesceRemovingWaitsForReportDrainAndMembership(t *testing.T) {
 func TestQuiesceNonMember(t *testing.T) {
 	g := NewWithT(t)
 	b, c, lb, clk := quiesceEnv(t)
-	lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: time.Nanosecond}
+	lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: time.Nanosecond}
 	ctx := context.Background()
 	g.Expect(c.Create(ctx, readyNode("n9"))).To(Succeed())
 	for _, n := range []string{"n1", "n2", "n3"} {

@@ -141,9 +141,9 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 				ASN:           uint32(p.ASN),
 				Port:          uint16(p.Port),
 				EBGPMultihop:  uint8(p.EBGPMultihop),
-				HoldTime:      p.HoldTime,
-				KeepaliveTime: p.KeepaliveTime,
-				ConnectRetry:  p.ConnectRetry,
+				HoldTime:      p.HoldTime.Meta(),
+				KeepaliveTime: p.KeepaliveTime.Meta(),
+				ConnectRetry:  p.ConnectRetry.Meta(),
 			}
 			if in.passwords[i] {
 				peer.PasswordFile = path.Join(ConfigDir, PasswordKey(i))
@@ -155,7 +155,7 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	return c
 }
 
-func setDuration(d *agentv1.Duration, v *metav1.Duration) {
+func setDuration(d *agentv1.Duration, v *lbv1.Duration) {
 	if v != nil {
 		d.Duration = v.Duration
 	}

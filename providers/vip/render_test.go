@@ -40,7 +40,7 @@ func bgpLB() *lbv1.LoadBalancer {
 		ASN: 64512,
 		Peers: []lbv1.BGPPeer{
 			{Address: "192.0.2.1", ASN: 64500, PasswordSecretRef: &lbv1.SecretKeyReference{Name: "bgp", Key: "password"}},
-			{Address: "192.0.2.2", ASN: 64500, HoldTime: &metav1.Duration{Duration: 3 * time.Second}},
+			{Address: "192.0.2.2", ASN: 64500, HoldTime: &lbv1.Duration{Duration: 3 * time.Second}},
 		},
 		Communities: []string{"64512:100", "no-export"},
 	}}
@@ -54,7 +54,7 @@ func TestRenderedConfigPerFlavor(t *testing.T) {
 			g := NewWithT(t)
 			lb := arpLB()
 			lb.Spec.Backend.ARP.Agent.Flavor = flavor
-			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &metav1.Duration{Duration: time.Second}}
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: time.Second}}
 			m := agentv1.Membership{Version: 3, Members: []agentv1.MemberConfig{{Name: "n1", Address: "10.0.0.1"}}}
 			c := renderConfig(lb, renderInput{vip: "192.0.2.10", membership: m})
 			g.Expect(c.NodeName).To(BeEmpty(), "the node name is the hostname, known only on the node")
@@ -138,12 +138,12 @@ func TestValidateNamesFields(t *testing.T) {
 		{"no image", NewARP(Options{}), func(*lbv1.LoadBalancer) {}, "spec.backend.arp.agent.image"},
 		{"bad flavor", b, func(lb *lbv1.LoadBalancer) { lb.Spec.Backend.ARP.Agent.Flavor = "talos" }, "spec.backend.arp.agent.flavor"},
 		{"probe timeout", b, func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{ProbeTimeout: &metav1.Duration{Duration: time.Second}}
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{ProbeTimeout: &lbv1.Duration{Duration: time.Second}}
 		}, "spec.backend.arp.agent.timers.probeTimeout"},
 		{"extra port equals target", b, func(lb *lbv1.LoadBalancer) { lb.Spec.Backend.ARP.ExtraPorts = []int32{6443} }, "spec.backend.arp.extraPorts[0]"},
 		{"bgp hold time", bb, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Backend = bgpLB().Spec.Backend
-			lb.Spec.Backend.BGP.Peers[1].HoldTime = &metav1.Duration{Duration: 1500 * time.Millisecond}
+			lb.Spec.Backend.BGP.Peers[1].HoldTime = &lbv1.Duration{Duration: 1500 * time.Millisecond}
 		}, "spec.backend.bgp.peers[1].holdTime"},
 		{"bgp community", bb, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Backend = bgpLB().Spec.Backend

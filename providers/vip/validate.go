@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
@@ -85,7 +84,7 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 	return errs
 }
 
-func dur(d *metav1.Duration, def time.Duration) time.Duration {
+func dur(d *lbv1.Duration, def time.Duration) time.Duration {
 	if d == nil || d.Duration == 0 {
 		return def
 	}
@@ -99,7 +98,7 @@ func validateTimers(p *field.Path, t *lbv1.AgentTimers) field.ErrorList {
 	var errs field.ErrorList
 	for _, x := range []struct {
 		name string
-		d    *metav1.Duration
+		d    *lbv1.Duration
 	}{{"probeInterval", t.ProbeInterval}, {"probeTimeout", t.ProbeTimeout}, {"contactTimeout", t.ContactTimeout},
 		{"settle", t.Settle}, {"drain", t.Drain}} {
 		if x.d != nil && x.d.Duration < 0 {

@@ -71,9 +71,9 @@ func TestValidate(t *testing.T) {
 			lb.Spec.Backend.WireGuard.Tunnel = lbv1.WireGuardTunnel{Prefix: "fd00::/120"}
 		}, []string{"tunnel.prefix", "/48 to /112"}},
 		{"keepalive not whole seconds", func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Backend.WireGuard.PersistentKeepalive = &metav1.Duration{Duration: 1500 * time.Millisecond}
+			lb.Spec.Backend.WireGuard.PersistentKeepalive = &lbv1.Duration{Duration: 1500 * time.Millisecond}
 		}, []string{"persistentKeepalive", "whole seconds"}},
-		{"no drain", func(lb *lbv1.LoadBalancer) { lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{} },
+		{"no drain", func(lb *lbv1.LoadBalancer) { lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{} },
 			[]string{"spec.quiesce.drainPeriod", "must be positive"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,8 +111,8 @@ func TestRender(t *testing.T) {
 	lb.Spec.TargetPort = 6444
 	lb.Spec.Backend.WireGuard.Tunnel = lbv1.WireGuardTunnel{Family: lbv1.FamilyIPv4}
 	lb.Spec.Backend.WireGuard.Health = lbv1.WireGuardHealth{ServerName: "api.internal", Rise: 3,
-		Interval: &metav1.Duration{Duration: 500 * time.Millisecond}}
-	lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 20 * time.Second}
+		Interval: &lbv1.Duration{Duration: 500 * time.Millisecond}}
+	lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 20 * time.Second}
 
 	m := renderMember(lb)
 	g.Expect(checkMember(m)).To(Succeed())

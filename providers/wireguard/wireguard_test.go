@@ -46,7 +46,7 @@ type env struct {
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
 	lb := wgLB()
-	lb.Spec.Quiesce.DrainPeriod = &metav1.Duration{Duration: 10 * time.Second}
+	lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 10 * time.Second}
 	c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(append(objs, lb)...).Build()
 	clk := &clock{t: time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)}
 	return &env{b: New(Options{Client: c, AgentImage: "img", Now: clk.now}), c: c, lb: lb, clk: clk}
