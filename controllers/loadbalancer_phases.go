@@ -266,6 +266,7 @@ func (r *LoadBalancerReconciler) reconcileInvalid(ctx context.Context, s *scope)
 	msg := s.invalid.ToAggregate().Error()
 	if prev := conditions.Get(lb, lbv1.ReadyCondition); prev == nil || prev.Reason != lbv1.InvalidSpecReason || prev.Message != msg {
 		r.event(lb, nil, true, lbv1.EventInvalidSpec, "Validate", "%s", msg)
+		ctrl.LoggerFrom(ctx).Info("LoadBalancer spec is invalid; reconciling it waits for a fix", "reason", lbv1.InvalidSpecReason, "message", msg)
 	}
 	conditions.Set(lb, metav1.Condition{Type: lbv1.ReadyCondition, Status: metav1.ConditionFalse,
 		Reason: lbv1.InvalidSpecReason, Message: msg})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
@@ -19,6 +20,7 @@ const (
 	MetricReady             = "caplb_loadbalancer_ready"
 	MetricQuiesceTimeouts   = "caplb_loadbalancer_quiesce_timeouts_total"
 	MetricEndpointPublished = "caplb_loadbalancer_cluster_endpoint_published_total"
+	MetricInvalidSpec       = "caplb_loadbalancer_invalid_spec"
 )
 
 // Reconcile results, the values of the "result" label.
@@ -46,6 +48,7 @@ type Metrics struct {
 	ready             *prometheus.GaugeVec
 	quiesceTimeouts   *prometheus.CounterVec
 	endpointPublished *prometheus.CounterVec
+	invalidSpec       *prometheus.GaugeVec
 }
 
 // newMetrics builds the collectors and registers them on reg. When a collector of the same name
@@ -83,6 +86,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: MetricEndpointPublished,
 			Help: "Times caplb wrote a Cluster's (or control plane's) controlPlaneEndpoint, by target kind.",
 		}, []string{"target"}),
+		invalidSpec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricInvalidSpec,
+			Help: "1 while a LoadBalancer's spec fails validation (Ready False, reason InvalidSpec); alert on it.",
+		}, lbLabels),
 	}
 	var err error
 	m.reconcileTotal, err = register(reg, m.reconcileTotal)
@@ -105,6 +112,9 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.endpointPublished, err = register(reg, m.endpointPublished); err != nil {
+		return nil, err
+	}
+	if m.invalidSpec, err = register(reg, m.invalidSpec); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -143,6 +153,11 @@ func (m *Metrics) setLoadBalancer(lb *lbv1.LoadBalancer, hooks int, ready bool) 
 		v = 1
 	}
 	m.ready.WithLabelValues(lb.Namespace, lb.Name).Set(v)
+	invalid := 0.0
+	if c := conditions.Get(lb, lbv1.ReadyCondition); c != nil && c.Reason == lbv1.InvalidSpecReason {
+		invalid = 1
+	}
+	m.invalidSpec.WithLabelValues(lb.Namespace, lb.Name).Set(invalid)
 }
 
 // forget drops the per-LoadBalancer series of a deleted LoadBalancer.
@@ -153,4 +168,5 @@ func (m *Metrics) forget(namespace, name string) {
 	m.hooksHeld.DeleteLabelValues(namespace, name)
 	m.ready.DeleteLabelValues(namespace, name)
 	m.quiesceTimeouts.DeleteLabelValues(namespace, name)
+	m.invalidSpec.DeleteLabelValues(namespace, name)
 }

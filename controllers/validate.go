@@ -57,6 +57,10 @@ func Validate(lb *lbv1.LoadBalancer, reg *providers.Registry) field.ErrorList {
 	errs = append(errs, validPort(sp.Child("targetPort"), spec.TargetPort, true)...)
 
 	hc := spec.HealthCheck
+	errs = append(errs, hc.Interval.ValidateForm(sp.Child("healthCheck", "interval"))...)
+	errs = append(errs, hc.Timeout.ValidateForm(sp.Child("healthCheck", "timeout"))...)
+	errs = append(errs, spec.Quiesce.DrainPeriod.ValidateForm(sp.Child("quiesce", "drainPeriod"))...)
+	errs = append(errs, spec.Quiesce.Timeout.ValidateForm(sp.Child("quiesce", "timeout"))...)
 	if hc.Interval.Duration < 0 {
 		errs = append(errs, field.Invalid(sp.Child("healthCheck", "interval"), hc.Interval.Duration.String(), "must not be negative"))
 	}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,13 @@ func TestValidate(t *testing.T) {
 		{"bad label key", func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"-bad": "x"}}
 		}, []string{"spec.selector.matchLabels"}},
+		{"stored interval that is not a duration", func(lb *lbv1.LoadBalancer) {
+			lb.Spec.HealthCheck.Interval = storedDuration(t, `"soon"`)
+		}, []string{"spec.healthCheck.interval", `"soon"`, "is not a duration: write it with units"}},
+		{"stored drain period that is not a duration", func(lb *lbv1.LoadBalancer) {
+			d := storedDuration(t, `"-"`)
+			lb.Spec.Quiesce.DrainPeriod = &d
+		}, []string{"spec.quiesce.drainPeriod", "is not a duration"}},
 		{"drain longer than timeout (with default timeout)", func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: 5 * time.Minute}
 		}, []string{"spec.quiesce.drainPeriod", "must not exceed spec.quiesce.timeout (2m0s)"}},
@@ -104,4 +112,13 @@ func TestValidHost(t *testing.T) {
 	for _, h := range []string{"API.example.com", "http://x", "x:6443", "-x", "", "::ffff:10.0.0.1", "fe80::1%eth0"} {
 		g.Expect(lbv1.ValidHost(h)).To(BeFalse(), h)
 	}
+}
+
+// storedDuration decodes raw as the manager's cache would decode a stored object's field.
+func storedDuration(t *testing.T, raw string) lbv1.Duration {
+	var d lbv1.Duration
+	if err := json.Unmarshal([]byte(raw), &d); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

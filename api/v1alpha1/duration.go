@@ -3,10 +3,10 @@ package v1alpha1
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // DurationPattern is the form every duration field accepts at admission: a non-negative Go
@@ -78,20 +78,21 @@ func (d Duration) String() string {
 	return d.Duration.String()
 }
 
-// Check returns "" when d is valid and within [lo, hi] (zero, meaning "the default" or "none",
-// allowed when zeroOK), else what is wrong and how to write it, for Validate's messages.
-func (d Duration) Check(lo, hi time.Duration, zeroOK bool) string {
-	switch {
-	case d.raw != "":
-		return fmt.Sprintf("%s is not a duration: write it with units, like 10s, 500ms or 1m30s", d.raw)
-	case d.Duration == 0 && zeroOK:
-		return ""
-	case d.Duration < 0:
-		return fmt.Sprintf("%s is negative", d.Duration)
-	case d.Duration < lo || d.Duration > hi:
-		return fmt.Sprintf("%s is out of range: use %s to %s", d.Duration, lo, hi)
+// NotADuration is the message for a stored value that did not decode as a duration.
+const NotADuration = "is not a duration: write it with units, like 10s, 500ms or 1m30s"
+
+// ValidateForm returns an error at p when d holds a value that did not decode (nil and valid
+// values pass). Range checks stay with each field's owner, which knows its bounds.
+func (d *Duration) ValidateForm(p *field.Path) field.ErrorList {
+	if d == nil || d.raw == "" {
+		return nil
 	}
-	return ""
+	var shown any = d.raw
+	var s string
+	if json.Unmarshal([]byte(d.raw), &s) == nil {
+		shown = s
+	}
+	return field.ErrorList{field.Invalid(p, shown, NotADuration)}
 }
 
 // Meta returns d as a *metav1.Duration for schemas that use that type (nil stays nil). Call it

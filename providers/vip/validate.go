@@ -101,6 +101,7 @@ func validateTimers(p *field.Path, t *lbv1.AgentTimers) field.ErrorList {
 		d    *lbv1.Duration
 	}{{"probeInterval", t.ProbeInterval}, {"probeTimeout", t.ProbeTimeout}, {"contactTimeout", t.ContactTimeout},
 		{"settle", t.Settle}, {"drain", t.Drain}} {
+		errs = append(errs, x.d.ValidateForm(p.Child(x.name))...)
 		if x.d != nil && x.d.Duration < 0 {
 			errs = append(errs, field.Invalid(p.Child(x.name), x.d.Duration.String(), "must not be negative"))
 		}
@@ -144,6 +145,9 @@ func validateBGP(bp *field.Path, bg *lbv1.BGPBackend) field.ErrorList {
 			errs = append(errs, field.Invalid(pp.Child("ebgpMultihop"), p.EBGPMultihop,
 				"only applies to eBGP; this peer has the same ASN as spec.backend.bgp.asn (iBGP): remove it"))
 		}
+		errs = append(errs, p.HoldTime.ValidateForm(pp.Child("holdTime"))...)
+		errs = append(errs, p.KeepaliveTime.ValidateForm(pp.Child("keepaliveTime"))...)
+		errs = append(errs, p.ConnectRetry.ValidateForm(pp.Child("connectRetry"))...)
 		hold := dur(p.HoldTime, agentv1.DefaultHoldTime)
 		if hold != hold.Truncate(time.Second) || hold < 3*time.Second {
 			errs = append(errs, field.Invalid(pp.Child("holdTime"), hold.String(), "must be whole seconds, at least 3s (RFC 4271)"))

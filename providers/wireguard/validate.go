@@ -90,12 +90,15 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(tp.Child("family"), f, []string{lbv1.FamilyIPv6, lbv1.FamilyIPv4}))
 	}
-	if k := w.PersistentKeepalive; k != nil {
+	errs = append(errs, w.PersistentKeepalive.ValidateForm(bp.Child("persistentKeepalive"))...)
+	if k := w.PersistentKeepalive; k != nil && k.Invalid() == "" {
 		if d := k.Duration; d < 1e9 || d%1e9 != 0 || d > 65535e9 {
 			errs = append(errs, field.Invalid(bp.Child("persistentKeepalive"), d.String(), "must be whole seconds between 1s and 65535s"))
 		}
 	}
 	hp := bp.Child("health")
+	errs = append(errs, w.Health.Interval.ValidateForm(hp.Child("interval"))...)
+	errs = append(errs, w.Health.Timeout.ValidateForm(hp.Child("timeout"))...)
 	for _, x := range []struct {
 		name string
 		v    int32

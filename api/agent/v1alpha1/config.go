@@ -149,8 +149,11 @@ func (c *AgentConfiguration) Validate() error {
 		switch {
 		case err != nil:
 			bad(fmt.Sprintf("vips[%d]", i), "%q is not an IP address", v)
-		case a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a.IsLinkLocalUnicast():
-			bad(fmt.Sprintf("vips[%d]", i), "%q cannot be a VIP; use a unicast address of the nodes' segment", v)
+		case a.Zone() != "" || a.Is4In6() || !a.IsGlobalUnicast():
+			// IsGlobalUnicast is false for loopback, link-local, multicast, broadcast and
+			// unspecified addresses (private ranges are "global" to it): the CRD's CEL rule
+			// ip(host).isGlobalUnicast() is the same test.
+			bad(fmt.Sprintf("vips[%d]", i), "%q cannot be a VIP: not loopback, link-local, multicast, broadcast, unspecified or IPv4-mapped; use a unicast address of the nodes' segment", v)
 		case seenVIP[a.Unmap()]:
 			bad(fmt.Sprintf("vips[%d]", i), "%q is listed twice", v)
 		default:
