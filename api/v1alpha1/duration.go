@@ -12,7 +12,7 @@ import (
 // DurationPattern is the form every duration field accepts at admission: a non-negative Go
 // duration written with units ("10s", "500ms", "1m30s") or "0". The CRD's rules repeat it
 // literally (markers cannot reference a constant); Validate uses it through Duration.Valid.
-const DurationPattern = `^(0|([0-9]{1,6}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h))+)$`
+const DurationPattern = `^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$`
 
 // Duration is a metav1.Duration (a Go duration string on the wire, the same CRD schema) whose
 // decoding never fails. An object stored before its CRD refused a bad value (or written past
@@ -23,7 +23,7 @@ const DurationPattern = `^(0|([0-9]{1,6}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h))+)$
 // turns it into a condition naming the field.
 // +kubebuilder:validation:Type=string
 // +kubebuilder:validation:MaxLength=32
-// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,6}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h))+)$')",message="must be a non-negative duration with units, like 10s, 500ms or 1m30s"
+// +kubebuilder:validation:XValidation:rule="self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')",message="must be a non-negative duration with units, like 10s, 500ms or 1m30s"
 
 type Duration struct {
 	time.Duration `json:"-"`

@@ -21,7 +21,7 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required with spec.backend.wireguard: the join token, bootstrap and gateway Secrets and the health checks' CA belong to a Cluster"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || size(self.backend.wireguard.gateways) < 2 || (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0)",message="spec.endpoint.host is required with more than one gateway: a DNS name with one record per gateway (or an address held across the gateway hosts), so that clients fail over between them"
-// +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s')",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
+// +kubebuilder:validation:XValidation:rule="(has(self.quiesce.drainPeriod) && !self.quiesce.drainPeriod.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s'))",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
 // +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || !isIP(self.endpoint.host) || ip(self.endpoint.host).isGlobalUnicast()",message="spec.endpoint.host is the VIP of the arp and bgp backends and must be a unicast address of the members' segment: not loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8), broadcast or unspecified (0.0.0.0, ::)"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
@@ -186,13 +186,13 @@ type HealthCheck struct {
 	// interval between probes.
 	// +optional
 	// +kubebuilder:default="10s"
-	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('100ms') && duration(self) <= duration('1h'))",message="spec.healthCheck.interval must be between 100ms and 1h (0s means the default, 10s)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) == duration('0s') || (duration(self) >= duration('100ms') && duration(self) <= duration('1h')))",message="spec.healthCheck.interval must be between 100ms and 1h (0s means the default, 10s)"
 	Interval Duration `json:"interval,omitzero"`
 
 	// timeout of one probe.
 	// +optional
 	// +kubebuilder:default="2s"
-	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || (duration(self) >= duration('10ms') && duration(self) <= duration('5m'))",message="spec.healthCheck.timeout must be between 10ms and 5m (0s means the default, 2s)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) == duration('0s') || (duration(self) >= duration('10ms') && duration(self) <= duration('5m')))",message="spec.healthCheck.timeout must be between 10ms and 5m (0s means the default, 2s)"
 	Timeout Duration `json:"timeout,omitzero"`
 
 	// disabled turns endpoint probing off (e.g. when the manager cannot reach the endpoint);
@@ -202,9 +202,9 @@ type HealthCheck struct {
 }
 
 // Quiesce configures how a member leaves rotation.
-// +kubebuilder:validation:XValidation:rule="!has(self.drainPeriod) || !has(self.timeout) || duration(self.drainPeriod) <= duration(self.timeout)",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
-// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || duration(self.timeout) <= duration('1h')",message="spec.quiesce.timeout must be at most 1h: caplb never holds a Machine's deletion longer"
-// +kubebuilder:validation:XValidation:rule="!has(self.drainPeriod) || duration(self.drainPeriod) <= duration('30m')",message="spec.quiesce.drainPeriod must be at most 30m"
+// +kubebuilder:validation:XValidation:rule="(has(self.drainPeriod) && !self.drainPeriod.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (has(self.timeout) && !self.timeout.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.drainPeriod) || !has(self.timeout) || duration(self.drainPeriod) <= duration(self.timeout))",message="spec.quiesce.drainPeriod must not exceed spec.quiesce.timeout: raise the timeout or shorten the drain period"
+// +kubebuilder:validation:XValidation:rule="(has(self.timeout) && !self.timeout.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.timeout) || duration(self.timeout) <= duration('1h'))",message="spec.quiesce.timeout must be at most 1h: caplb never holds a Machine's deletion longer"
+// +kubebuilder:validation:XValidation:rule="(has(self.drainPeriod) && !self.drainPeriod.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.drainPeriod) || duration(self.drainPeriod) <= duration('30m'))",message="spec.quiesce.drainPeriod must be at most 30m"
 type Quiesce struct {
 	// drainPeriod is how long in-flight connections may finish after a member left rotation
 	// before the backend reports it quiesced. "0s" means no drain; unset means the default.

@@ -39,7 +39,7 @@ type BGPBackend struct {
 }
 
 // BGPPeer is one router.
-// +kubebuilder:validation:XValidation:rule="!has(self.keepaliveTime) || duration(self.keepaliveTime) < duration(has(self.holdTime) ? self.holdTime : '9s')",message="spec.backend.bgp.peers[].keepaliveTime must be shorter than holdTime (default 9s): a third of it is usual"
+// +kubebuilder:validation:XValidation:rule="(has(self.keepaliveTime) && !self.keepaliveTime.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (has(self.holdTime) && !self.holdTime.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.keepaliveTime) || duration(self.keepaliveTime) < duration(has(self.holdTime) ? self.holdTime : '9s'))",message="spec.backend.bgp.peers[].keepaliveTime must be shorter than holdTime (default 9s): a third of it is usual"
 type BGPPeer struct {
 	// address of the router, an IP address.
 	// +required
@@ -67,17 +67,17 @@ type BGPPeer struct {
 
 	// holdTime proposed to the router: whole seconds, at least 3s. Default 9s.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('3s') && duration(self) <= duration('65535s') && duration(self).getMilliseconds() % 1000 == 0",message="spec.backend.bgp.peers[].holdTime must be whole seconds between 3s and 65535s, written like 3s (RFC 4271)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('3s') && duration(self) <= duration('65535s') && duration(self).getMilliseconds() % 1000 == 0)",message="spec.backend.bgp.peers[].holdTime must be whole seconds between 3s and 65535s, written like 3s (RFC 4271)"
 	HoldTime *Duration `json:"holdTime,omitempty"`
 
 	// keepaliveTime: whole seconds, shorter than holdTime. Default a third of holdTime.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('21845s') && duration(self).getMilliseconds() % 1000 == 0",message="spec.backend.bgp.peers[].keepaliveTime must be whole seconds between 1s and 21845s, written like 1s, shorter than holdTime"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('1s') && duration(self) <= duration('21845s') && duration(self).getMilliseconds() % 1000 == 0)",message="spec.backend.bgp.peers[].keepaliveTime must be whole seconds between 1s and 21845s, written like 1s, shorter than holdTime"
 	KeepaliveTime *Duration `json:"keepaliveTime,omitempty"`
 
 	// connectRetry is the interval between attempts to reach a router that is down. Default 5s.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h') && duration(self).getMilliseconds() % 1000 == 0",message="spec.backend.bgp.peers[].connectRetry must be whole seconds between 1s and 1h, written like 1s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h') && duration(self).getMilliseconds() % 1000 == 0)",message="spec.backend.bgp.peers[].connectRetry must be whole seconds between 1s and 1h, written like 1s"
 	ConnectRetry *Duration `json:"connectRetry,omitempty"`
 
 	// passwordSecretRef names a Secret key in the LoadBalancer's namespace holding the RFC 2385
@@ -185,24 +185,24 @@ type AgentSpec struct {
 type AgentTimers struct {
 	// probeInterval of the failure detector. Default 100ms.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10ms') && duration(self) <= duration('10s')",message="spec.backend.<arp|bgp>.agent.timers.probeInterval must be between 10ms and 10s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('10ms') && duration(self) <= duration('10s'))",message="spec.backend.<arp|bgp>.agent.timers.probeInterval must be between 10ms and 10s"
 	ProbeInterval *Duration `json:"probeInterval,omitempty"`
 	// probeTimeout of one probe, shorter than probeInterval. Default 50ms.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5ms') && duration(self) <= duration('10s')",message="spec.backend.<arp|bgp>.agent.timers.probeTimeout must be between 5ms and 10s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('5ms') && duration(self) <= duration('10s'))",message="spec.backend.<arp|bgp>.agent.timers.probeTimeout must be between 5ms and 10s"
 	ProbeTimeout *Duration `json:"probeTimeout,omitempty"`
 	// contactTimeout: an owner with no direct answer from a majority this long releases.
 	// Default 500ms.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('20ms') && duration(self) <= duration('1m')",message="spec.backend.<arp|bgp>.agent.timers.contactTimeout must be between 20ms and 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('20ms') && duration(self) <= duration('1m'))",message="spec.backend.<arp|bgp>.agent.timers.contactTimeout must be between 20ms and 1m"
 	ContactTimeout *Duration `json:"contactTimeout,omitempty"`
 	// settle: after regaining quorum a member waits this long before it may claim. Default 500ms.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1m')",message="spec.backend.<arp|bgp>.agent.timers.settle must be between 0s and 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('0s') && duration(self) <= duration('1m'))",message="spec.backend.<arp|bgp>.agent.timers.settle must be between 0s and 1m"
 	Settle *Duration `json:"settle,omitempty"`
 	// drain: a quiescing owner keeps the VIP this long after its successor announced it.
 	// Default 500ms.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('1m')",message="spec.backend.<arp|bgp>.agent.timers.drain must be between 0s and 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('0s') && duration(self) <= duration('1m'))",message="spec.backend.<arp|bgp>.agent.timers.drain must be between 0s and 1m"
 	Drain *Duration `json:"drain,omitempty"`
 }

@@ -140,12 +140,12 @@ type WireGuardHealth struct {
 
 	// interval between two checks of one member. Default 250ms.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('50ms') && duration(self) <= duration('1m')",message="spec.backend.wireguard.health.interval must be between 50ms and 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('50ms') && duration(self) <= duration('1m'))",message="spec.backend.wireguard.health.interval must be between 50ms and 1m"
 	Interval *Duration `json:"interval,omitempty"`
 
 	// timeout of one check. Default 1s.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('50ms') && duration(self) <= duration('1m')",message="spec.backend.wireguard.health.timeout must be between 50ms and 1m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('50ms') && duration(self) <= duration('1m'))",message="spec.backend.wireguard.health.timeout must be between 50ms and 1m"
 	Timeout *Duration `json:"timeout,omitempty"`
 
 	// rise: consecutive passes that put a member into rotation. Default 2.

@@ -93,6 +93,9 @@ func TestInstallWithClusterctl(t *testing.T) {
 
 	kubeconfig, saCfg := serviceAccountKubeconfig(ctx, t, env.Config, targetNamespace, serviceAccount)
 	expectNotAdmin(ctx, t, saCfg)
+	// A LoadBalancer that today's CRD refuses is stored before the manager starts: its cache
+	// must still sync and every other LoadBalancer be reconciled.
+	poisoned := poisonedLoadBalancer(ctx, t, env)
 	// The image's entrypoint is the caplb binary (hack/images); the container's args follow it.
 	mgr := startManager(t, bin, args, kubeconfig)
 	if err := harness.Poll(ctx, timeout, "the manager ready (informers synced under its RBAC)", mgr.ready); err != nil {
@@ -108,6 +111,8 @@ func TestInstallWithClusterctl(t *testing.T) {
 
 	runStaticLoadBalancer(ctx, t, env, mgr)
 	t.Logf("%s: LoadBalancer Ready, then deleted with its hook", time.Since(start).Round(time.Millisecond))
+	expectPoisonedReported(ctx, t, env, mgr, poisoned)
+	t.Logf("%s: the poisoned LoadBalancer is reported InvalidSpec and harmed no other", time.Since(start).Round(time.Millisecond))
 	g.Expect(mgr.forbidden()).To(BeEmpty(), "the manager hit RBAC denials: config/rbac misses a verb")
 	expectAgentManifestsValid(ctx, t, env, filepath.Dir(cfgPath))
 }
