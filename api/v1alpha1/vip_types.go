@@ -45,6 +45,7 @@ type BGPPeer struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="spec.backend.bgp.peers[].address must be an IP address (10.0.0.1, fd00::1)"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).isGlobalUnicast() || ip(self).isLinkLocalUnicast()",message="spec.backend.bgp.peers[].address must be a router's unicast address: not loopback, multicast, broadcast or unspecified"
 	Address string `json:"address"`
 
 	// asn of the router; equal to spec.backend.bgp.asn makes an iBGP session.
@@ -92,11 +93,13 @@ type SecretKeyReference struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="passwordSecretRef.name must be a Secret name: lower-case letters, digits, '-' and '.'"
 	Name string `json:"name"`
 	// key in the Secret's data.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-._a-zA-Z0-9]+$')",message="passwordSecretRef.key must be a Secret data key: letters, digits, '-', '_' and '.'"
 	Key string `json:"key"`
 }
 
@@ -143,6 +146,7 @@ type IPPoolReference struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Z][A-Za-z0-9]*$')",message="addressFrom.poolRef.kind must be a kind name, like InClusterIPPool"
 	Kind string `json:"kind"`
 	// name of the pool (in the LoadBalancer's namespace for namespaced kinds).
 	// +required
@@ -162,11 +166,13 @@ type AgentSpec struct {
 	// image of the agent's static pod. Default: the manager's --agent-image.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[^\\\\s]+$')",message="agent.image must be an image reference without spaces, like registry.example.com/caplb/caplb-agent:v0.1.0"
 	Image string `json:"image,omitempty"`
 
 	// interface that carries the VIP (arp). Default: the interface of the route to the VIP.
 	// +optional
 	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_.@-]+$') && self != '.' && self != '..'",message="agent.interface must be a Linux interface name (eth0, bond0.100): at most 15 letters, digits, '_', '.', '@' or '-'"
 	Interface string `json:"interface,omitempty"`
 
 	// caFile on the node that verifies the local API server. Default per flavor (kubeadm
@@ -174,6 +180,7 @@ type AgentSpec struct {
 	// /var/lib/rancher/rke2/server/tls/server-ca.crt).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="agent.caFile must be an absolute path on the node, like /etc/kubernetes/pki/ca.crt"
 	CAFile string `json:"caFile,omitempty"`
 
 	// timers override the election and hand-over defaults (docs/backends/arp.md explains each).

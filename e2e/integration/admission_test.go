@@ -149,6 +149,34 @@ func testAdmission(t *testing.T, s *suite) {
 			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
 				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "holdTime": "6s", "keepaliveTime": "6s"}}}}
 		}, []string{"keepaliveTime must be shorter than holdTime"}},
+		{"agent interface with a slash", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"interface": "eth0/1"}}}
+		}, []string{"spec.backend.arp.agent.interface", "must be a Linux interface name"}},
+		{"agent caFile relative", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"caFile": "pki/ca.crt"}}}
+		}, []string{"spec.backend.arp.agent.caFile", "must be an absolute path"}},
+		{"agent image with a space", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"image": "registry/agent v1"}}}
+		}, []string{"spec.backend.arp.agent.image", "without spaces"}},
+		{"pool kind not a kind", func(s map[string]any) {
+			delete(s, "endpoint")
+			s["backend"] = map[string]any{"arp": map[string]any{"addressFrom": map[string]any{
+				"poolRef": map[string]any{"apiGroup": "ipam.cluster.x-k8s.io", "kind": "in-cluster pool", "name": "p"}}}}
+		}, []string{"spec.backend.arp.addressFrom.poolRef.kind", "must be a kind name"}},
+		{"bgp peer on loopback", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "127.0.0.1", "asn": int64(64500)}}}}
+		}, []string{"spec.backend.bgp.peers[0].address", "unicast address"}},
+		{"bgp password Secret name not a name", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500),
+					"passwordSecretRef": map[string]any{"name": "Router Password", "key": "pass word"}}}}}
+		}, []string{"passwordSecretRef.name must be a Secret name", "passwordSecretRef.key must be a Secret data key"}},
 		{"wireguard health interval not a duration", func(s map[string]any) {
 			s["backend"] = map[string]any{"wireguard": map[string]any{
 				"gateways": []any{map[string]any{"name": "gw", "address": "198.51.100.1"}},
@@ -324,6 +352,10 @@ func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
 			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms"}}}})},
 		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},
 		{"bgp keepalive below the default hold time", vip("10.0.0.10", peer(map[string]any{"keepaliveTime": "3s"}))},
+		{"agent paths and names", vip("10.0.0.10", map[string]any{"arp": map[string]any{"agent": map[string]any{
+			"interface": "bond0.100", "caFile": "/etc/kubernetes/pki/ca.crt", "image": "registry.example.com:5000/caplb/agent:v1@sha256:0123"}}})},
+		{"bgp link-local router and password Secret", vip("fd00::10", peer(map[string]any{"address": "fe80::1",
+			"passwordSecretRef": map[string]any{"name": "bgp.passwords", "key": "tor-1_pass"}}))},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
