@@ -66,15 +66,17 @@ func decideClusterEndpoint(theirs, ours lbv1.APIEndpoint) clusterDecision {
 // somebody edited the Cluster, and adopting would hide that — it is a mismatch instead. Two more
 // refusals keep caplb from adopting its own guess as if a person had chosen it, which would pin a
 // member's address for ever (a crash between the Cluster patch and the status patch loses the
-// condition): publishedByUs (the Cluster carries EndpointPublishedByAnnotation naming this
-// LoadBalancer), and a host that is one of our members' addresses. The second result says why
+// condition): publishedBy naming this LoadBalancer (self) or another one of the Cluster's
+// (EndpointPublishedByAnnotation), and a host that is one of our members' addresses. The second result says why
 // adoption is refused when it otherwise would apply.
-func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared, publishedByUs bool, memberAddrs map[string]bool) (adopt bool, refusal string) {
+func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared bool, publishedBy, self string, memberAddrs map[string]bool) (adopt bool, refusal string) {
 	if spec.Host != "" || !theirs.IsValid() || theirs == status || compared {
 		return false, ""
 	}
 	switch {
-	case publishedByUs:
+	case publishedBy != "" && publishedBy != self:
+		return false, fmt.Sprintf("the Cluster's endpoint %s:%d was published by LoadBalancer %s (%s): it is that LoadBalancer's, not this one's", theirs.Host, theirs.Port, publishedBy, lbv1.EndpointPublishedByAnnotation)
+	case publishedBy == self:
 		return false, fmt.Sprintf("the Cluster's endpoint %s:%d was published by this LoadBalancer (%s): it is caplb's own choice, not a person's", theirs.Host, theirs.Port, lbv1.EndpointPublishedByAnnotation)
 	case memberAddrs[theirs.Host]:
 		return false, fmt.Sprintf("the Cluster's endpoint host %s is the address of one of this LoadBalancer's members: adopting it would pin that member for ever", theirs.Host)
@@ -89,7 +91,7 @@ func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared, publishedBy
 // reconcileAdoption adopts the Cluster's endpoint when decideAdoption says so. It runs once the
 // members are gathered (their addresses are never adopted) and before the backend runs.
 func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope) {
-	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() {
+	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() || !s.lb.Spec.PublishesClusterEndpoint() {
 		return
 	}
 	lb := s.lb
@@ -101,14 +103,14 @@ func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope
 	case lbv1.ClusterEndpointSetReason, lbv1.ClusterEndpointMismatchReason:
 		compared = true
 	}
-	publishedByUs := s.cluster.GetAnnotations()[lbv1.EndpointPublishedByAnnotation] == lb.Name
 	memberAddrs := map[string]bool{}
 	for _, m := range s.members {
 		for _, a := range m.facts.addresses {
 			memberAddrs[a] = true
 		}
 	}
-	adopt, refusal := decideAdoption(lb.Spec.Endpoint, lb.Status.Endpoint, theirs, compared, publishedByUs, memberAddrs)
+	adopt, refusal := decideAdoption(lb.Spec.Endpoint, lb.Status.Endpoint, theirs, compared,
+		s.cluster.GetAnnotations()[lbv1.EndpointPublishedByAnnotation], lb.Name, memberAddrs)
 	if refusal != "" {
 		ctrl.LoggerFrom(ctx).V(1).Info("Not adopting the Cluster's endpoint", "reason", refusal)
 	}
@@ -187,6 +189,21 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 			fmt.Sprintf("Cluster %s/%s not found; the endpoint is published once it exists", lb.Namespace, lb.Spec.ClusterName))
 		return nil
 	case !s.cluster.DeletionTimestamp.IsZero():
+		return nil
+	case !lb.Spec.PublishesClusterEndpoint():
+		set(metav1.ConditionTrue, lbv1.NotPublisherReason, fmt.Sprintf(
+			"spec.publishClusterEndpoint is false: Cluster %s's endpoint is another's to publish; this LoadBalancer serves an additional endpoint (its host must be in the API servers' certSANs, see status.certSANs)",
+			lb.Spec.ClusterName))
+		return nil
+	}
+	if other := decideOlderPublisher(lb, s.peers); other != "" {
+		s.notPublisher = true
+		msg := fmt.Sprintf("LoadBalancer %s also publishes Cluster %s's endpoint and is older: exactly one LoadBalancer of a Cluster may; "+
+			"set spec.publishClusterEndpoint: false on this one (or on %s) to serve an additional endpoint", other, lb.Spec.ClusterName, other)
+		if conditions.GetReason(lb, lbv1.ClusterEndpointCondition) != lbv1.AnotherPublisherReason {
+			r.event(lb, s.cluster, true, lbv1.EventAnotherPublisher, "Publish", "%s", msg)
+		}
+		set(metav1.ConditionFalse, lbv1.AnotherPublisherReason, msg)
 		return nil
 	}
 	cluster := s.cluster
@@ -276,7 +293,8 @@ const controlPlaneRecheck = time.Minute
 // every controlPlaneRecheck.
 func (r *LoadBalancerReconciler) publishToControlPlane(ctx context.Context, s *scope) error {
 	lb := s.lb
-	if s.cluster == nil || !s.cluster.Spec.ControlPlaneRef.IsDefined() || !lb.Status.Endpoint.IsValid() {
+	if s.cluster == nil || !s.cluster.Spec.ControlPlaneRef.IsDefined() || !lb.Status.Endpoint.IsValid() ||
+		!lb.Spec.PublishesClusterEndpoint() || s.notPublisher {
 		return nil
 	}
 	ref := s.cluster.Spec.ControlPlaneRef

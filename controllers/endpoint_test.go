@@ -3,6 +3,9 @@ package controllers
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
 	. "github.com/onsi/gomega"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
@@ -39,23 +42,25 @@ func TestDecideAdoption(t *testing.T) {
 		wasInSync            bool
 		adopt                bool
 		refusal              string
-		publishedByUs        bool
+		publishedBy          string // the Cluster's EndpointPublishedByAnnotation
 		members              []string
 	}{
-		{"host empty, Cluster preset → adopt", ep("", 0), ep("", 0), ep("api.example.com", 443), false, true, "", false, nil},
-		{"host empty, spec port equal → adopt", ep("", 443), ep("", 0), ep("api.example.com", 443), false, true, "", false, nil},
-		{"host set → never adopt", ep("10.0.0.1", 0), ep("10.0.0.1", 6443), ep("api.example.com", 443), false, false, "", false, nil},
-		{"Cluster empty → nothing to adopt", ep("", 0), ep("", 0), ep("", 0), false, false, "", false, nil},
-		{"Cluster half-set → nothing to adopt", ep("", 0), ep("", 0), ep("api.example.com", 0), false, false, "", false, nil},
-		{"Cluster equals our published endpoint → in sync", ep("", 0), ep("10.0.0.1", 6443), ep("10.0.0.1", 6443), false, false, "", false, nil},
-		{"we published before and our endpoint moved → no adoption", ep("", 0), ep("10.0.0.2", 6443), ep("10.0.0.1", 6443), true, false, "", false, nil},
-		{"spec port conflicts → refused", ep("", 6443), ep("", 0), ep("api.example.com", 443), false, false, "another port", false, nil},
-		{"Cluster host not acceptable to our schema → refused", ep("", 0), ep("", 0), ep("API.Example.com", 443), false, false, "lower-case", false, nil},
-		{"IPv4-mapped IPv6 (CEL's isIP rejects it) → refused", ep("", 0), ep("", 0), ep("::ffff:10.0.0.1", 443), false, false, "not an IP address", false, nil},
+		{"host empty, Cluster preset → adopt", ep("", 0), ep("", 0), ep("api.example.com", 443), false, true, "", "", nil},
+		{"host empty, spec port equal → adopt", ep("", 443), ep("", 0), ep("api.example.com", 443), false, true, "", "", nil},
+		{"host set → never adopt", ep("10.0.0.1", 0), ep("10.0.0.1", 6443), ep("api.example.com", 443), false, false, "", "", nil},
+		{"Cluster empty → nothing to adopt", ep("", 0), ep("", 0), ep("", 0), false, false, "", "", nil},
+		{"Cluster half-set → nothing to adopt", ep("", 0), ep("", 0), ep("api.example.com", 0), false, false, "", "", nil},
+		{"Cluster equals our published endpoint → in sync", ep("", 0), ep("10.0.0.1", 6443), ep("10.0.0.1", 6443), false, false, "", "", nil},
+		{"we published before and our endpoint moved → no adoption", ep("", 0), ep("10.0.0.2", 6443), ep("10.0.0.1", 6443), true, false, "", "", nil},
+		{"spec port conflicts → refused", ep("", 6443), ep("", 0), ep("api.example.com", 443), false, false, "another port", "", nil},
+		{"Cluster host not acceptable to our schema → refused", ep("", 0), ep("", 0), ep("API.Example.com", 443), false, false, "lower-case", "", nil},
+		{"IPv4-mapped IPv6 (CEL's isIP rejects it) → refused", ep("", 0), ep("", 0), ep("::ffff:10.0.0.1", 443), false, false, "not an IP address", "", nil},
 		// A crash between the Cluster patch and the status patch: condition and status lost.
-		{"our own earlier publication → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "published by this LoadBalancer", true, nil},
-		{"one of our members' addresses → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "one of this LoadBalancer's members", false, []string{"10.0.0.7"}},
-		{"an address that is no member's → adopt", ep("", 0), ep("", 0), ep("10.0.0.9", 6443), false, true, "", false, []string{"10.0.0.7"}},
+		{"our own earlier publication → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "published by this LoadBalancer", "lb", nil},
+		{"one of our members' addresses → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "one of this LoadBalancer's members", "", []string{"10.0.0.7"}},
+		{"an address that is no member's → adopt", ep("", 0), ep("", 0), ep("10.0.0.9", 6443), false, true, "", "", []string{"10.0.0.7"}},
+		// Several LoadBalancers per Cluster: another's published endpoint is not a person's choice.
+		{"another LoadBalancer's publication → refused", ep("", 0), ep("", 0), ep("10.0.0.7", 6443), false, false, "published by LoadBalancer internal", "internal", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,7 +69,7 @@ func TestDecideAdoption(t *testing.T) {
 			for _, a := range tt.members {
 				addrs[a] = true
 			}
-			adopt, refusal := decideAdoption(tt.spec, tt.status, tt.theirs, tt.wasInSync, tt.publishedByUs, addrs)
+			adopt, refusal := decideAdoption(tt.spec, tt.status, tt.theirs, tt.wasInSync, tt.publishedBy, "lb", addrs)
 			g.Expect(adopt).To(Equal(tt.adopt))
 			if tt.refusal == "" {
 				g.Expect(refusal).To(BeEmpty())
@@ -94,6 +99,74 @@ func TestLoadBalancerRefNames(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			NewWithT(t).Expect(loadBalancerRefNames(tt.ref, lb)).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestDecideOlderPublisher(t *testing.T) {
+	at := func(name string, sec int64, publish bool, deleting bool) lbv1.LoadBalancer {
+		lb := lbv1.LoadBalancer{}
+		lb.Name = name
+		lb.Spec.ClusterName = "c"
+		lb.CreationTimestamp = metav1.Unix(sec, 0)
+		lb.Spec.PublishClusterEndpoint = ptr.To(publish)
+		if deleting {
+			now := metav1.Unix(100, 0)
+			lb.DeletionTimestamp = &now
+		}
+		return lb
+	}
+	self := at("b", 10, true, false)
+	tests := []struct {
+		name  string
+		peers []lbv1.LoadBalancer
+		want  string
+	}{
+		{"alone", []lbv1.LoadBalancer{self}, ""},
+		{"an older publisher wins", []lbv1.LoadBalancer{self, at("z", 5, true, false)}, "z"},
+		{"a younger publisher yields to us", []lbv1.LoadBalancer{self, at("a", 20, true, false)}, ""},
+		{"same second: the name breaks the tie", []lbv1.LoadBalancer{self, at("a", 10, true, false)}, "a"},
+		{"an older non-publisher is no rival", []lbv1.LoadBalancer{self, at("a", 5, false, false)}, ""},
+		{"an older publisher being deleted yields", []lbv1.LoadBalancer{self, at("a", 5, true, true)}, ""},
+		{"the oldest of several is named", []lbv1.LoadBalancer{at("y", 7, true, false), self, at("x", 3, true, false)}, "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(decideOlderPublisher(&self, tt.peers)).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestDataPlaneConflicts(t *testing.T) {
+	mk := func(name string, sec int64, b lbv1.Backend) lbv1.LoadBalancer {
+		lb := lbv1.LoadBalancer{}
+		lb.Name, lb.Spec.ClusterName, lb.Spec.Backend = name, "c", b
+		lb.CreationTimestamp = metav1.Unix(sec, 0)
+		return lb
+	}
+	arp := lbv1.Backend{ARP: &lbv1.ARPBackend{}}
+	static := lbv1.Backend{Static: &lbv1.StaticBackend{}}
+	wg := lbv1.Backend{WireGuard: &lbv1.WireGuardBackend{}}
+	tests := []struct {
+		name  string
+		self  lbv1.LoadBalancer
+		peers []lbv1.LoadBalancer
+		want  string
+	}{
+		{"static beside arp", mk("ext", 10, static), []lbv1.LoadBalancer{mk("int", 5, arp)}, ""},
+		{"arp beside static", mk("int", 10, arp), []lbv1.LoadBalancer{mk("ext", 5, static)}, ""},
+		{"wireguard beside an older arp", mk("ext", 10, wg), []lbv1.LoadBalancer{mk("int", 5, arp)}, "LoadBalancer int of Cluster c already runs the node agent (arp backend)"},
+		{"arp older than wireguard keeps running", mk("int", 5, arp), []lbv1.LoadBalancer{mk("ext", 10, wg)}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			errs := dataPlaneConflicts(&tt.self, tt.peers)
+			if tt.want == "" {
+				g.Expect(errs).To(BeEmpty())
+				return
+			}
+			g.Expect(errs.ToAggregate().Error()).To(And(ContainSubstring("spec.backend."), ContainSubstring(tt.want), ContainSubstring("spec.backend.static")))
 		})
 	}
 }

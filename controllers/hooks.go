@@ -17,8 +17,9 @@ import (
 type marks map[string]*string
 
 // desiredMarks is the pure rule for a member's annotations after a reconcile:
-//   - a member carries the name annotation, the status annotation and, on Machines, our
-//     pre-drain hook while holdsHook(state) — except that a hook is never added to an object
+//   - a member carries the name annotation, the status annotation (both only from the
+//     LoadBalancer that publishes the Cluster's endpoint: the others share the member) and, on
+//     Machines, our pre-drain hook while holdsHook(state) — except that a hook is never added to an object
 //     already being deleted (CAPI may be past its pre-drain phase; it would only confuse);
 //   - an object that is not (or no longer) a member loses our hook, and the name and status
 //     annotations when they are ours; another LoadBalancer's annotations are never touched.
@@ -28,8 +29,15 @@ func desiredMarks(lb *lbv1.LoadBalancer, hooks bool, f facts, cur record) marks 
 	want := marks{}
 	if cur.isMember() {
 		owner, state := ownerValue(lb), string(cur.State)
-		want[lbv1.NameAnnotation] = &owner
-		want[lbv1.StatusAnnotation] = &state
+		switch {
+		case lb.Spec.PublishesClusterEndpoint():
+			want[lbv1.NameAnnotation] = &owner
+			want[lbv1.StatusAnnotation] = &state
+		case f.owner == owner:
+			// It published before: the name and status are the publisher's now.
+			want[lbv1.NameAnnotation] = nil
+			want[lbv1.StatusAnnotation] = nil
+		}
 		if hooks {
 			hookVal := lbv1.HookOwner
 			if holdsHook(cur.State) && (!f.deleting || f.ourHook) {

@@ -3,6 +3,8 @@ package controllers
 import (
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -41,6 +43,33 @@ func TestDesiredMarks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			NewWithT(t).Expect(desiredMarks(lb, tt.hooks, tt.f, tt.cur)).To(Equal(tt.want))
+		})
+	}
+}
+
+// A LoadBalancer that does not publish the Cluster's endpoint shares members with the publisher:
+// its own hook only; the name and status annotations are the publisher's.
+func TestDesiredMarksAdditionalEndpoint(t *testing.T) {
+	lb := newLB("internal")
+	lb.Spec.PublishClusterEndpoint = ptr.To(false)
+	hook := lbv1.PreDrainHookAnnotation("internal")
+	str := func(s string) *string { return &s }
+	tests := []struct {
+		name string
+		f    facts
+		cur  record
+		want marks
+	}{
+		{"shared active member: hook only", facts{owner: "lb"}, rec(lbv1.TargetActive), marks{hook: str(lbv1.HookOwner)}},
+		{"unowned member: still no name", facts{}, rec(lbv1.TargetActive), marks{hook: str(lbv1.HookOwner)}},
+		{"was the publisher: hands name and status back", facts{owner: "internal"}, rec(lbv1.TargetActive),
+			marks{lbv1.NameAnnotation: nil, lbv1.StatusAnnotation: nil, hook: str(lbv1.HookOwner)}},
+		{"removed: hook released, publisher's marks untouched", facts{owner: "lb", deleting: true, ourHook: true}, rec(lbv1.TargetRemoved),
+			marks{hook: nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(desiredMarks(lb, true, tt.f, tt.cur)).To(Equal(tt.want))
 		})
 	}
 }

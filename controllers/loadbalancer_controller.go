@@ -87,10 +87,14 @@ type scope struct {
 	cluster *clusterv1.Cluster // nil when spec.clusterName is empty or names no Cluster
 	// clusterMissing: spec.clusterName is set but no such Cluster exists.
 	clusterMissing bool
-	kind           memberKind
-	paused         bool
-	backend        providers.Backend
-	invalid        field.ErrorList
+	// peers are the other LoadBalancers of the same Cluster (cluster_peers.go).
+	peers []lbv1.LoadBalancer
+	// notPublisher: an older LoadBalancer of the Cluster publishes its endpoint (publishToCluster).
+	notPublisher bool
+	kind         memberKind
+	paused       bool
+	backend      providers.Backend
+	invalid      field.ErrorList
 
 	// members is nil until gathered; status.targets is only rewritten when it is set.
 	members  []*member
@@ -219,7 +223,13 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 // reconcileNormal runs the phases of a LoadBalancer that is not being deleted.
 func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) error {
+	peers, err := r.clusterPeers(ctx, s.lb)
+	if err != nil {
+		return err
+	}
+	s.peers = peers
 	s.invalid = append(nodeTargetErrors(s.lb, r.NodeTargetsNamespace), Validate(s.lb, r.Backends)...)
+	s.invalid = append(s.invalid, dataPlaneConflicts(s.lb, peers)...)
 	if len(s.invalid) > 0 {
 		return r.reconcileInvalid(ctx, s)
 	}

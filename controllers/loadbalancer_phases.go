@@ -64,6 +64,9 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 			// Quiesce below decides from the endpoint now published.
 			lb.Status.Endpoint = es.Endpoint
 			s.endpoint.Endpoint = es.Endpoint
+			// What clients verify: the host they dial. (kubeadm adds the Cluster's endpoint to
+			// the serving certificate itself; an additional endpoint must be added by the user.)
+			lb.Status.CertSANs = []string{es.Endpoint.Host}
 		}
 		s.requeueAfter(es.RequeueAfter)
 		for _, c := range es.Conditions {

@@ -318,6 +318,7 @@ func (r *LoadBalancerClassReconciler) syncLoadBalancer(ctx context.Context, s *c
 func mergeTemplate(spec *lbv1.LoadBalancerSpec, want lbv1.LoadBalancerSpec) []string {
 	var out []string
 	spec.Selector = want.Selector
+	spec.PublishClusterEndpoint = want.PublishClusterEndpoint
 	spec.TargetPort = want.TargetPort
 	spec.HealthCheck = want.HealthCheck
 	spec.Quiesce = want.Quiesce

@@ -116,8 +116,9 @@ func memberSelector(lb *lbv1.LoadBalancer) (labels.Selector, error) {
 }
 
 // selection is the pure selection rule: matches the selector, belongs to the LoadBalancer's
-// Cluster (Machines), and is not claimed by another LoadBalancer. claimedBy is set when only the
-// last condition failed.
+// Cluster (Machines), and is not claimed by another LoadBalancer (a LoadBalancer that does not
+// publish the Cluster's endpoint does not claim: it shares). claimedBy is set when only the last
+// condition failed.
 func selectionOf(lb *lbv1.LoadBalancer, sel labels.Selector, f facts) (selected bool, claimedBy string) {
 	if !lb.Spec.TargetKind.IsNode() && f.cluster != lb.Spec.ClusterName {
 		return false, ""
@@ -125,7 +126,10 @@ func selectionOf(lb *lbv1.LoadBalancer, sel labels.Selector, f facts) (selected 
 	if !sel.Matches(f.labels) {
 		return false, ""
 	}
-	if f.owner != "" && f.owner != ownerValue(lb) {
+	// A LoadBalancer that does not publish the Cluster's endpoint (an additional endpoint of
+	// the same control plane) shares members with the publisher, which owns their name
+	// annotation.
+	if f.owner != "" && f.owner != ownerValue(lb) && lb.Spec.PublishesClusterEndpoint() {
 		return false, f.owner
 	}
 	return true, ""

@@ -3,6 +3,8 @@ package controllers
 import (
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -98,6 +100,20 @@ func TestSelectionOf(t *testing.T) {
 			g.Expect(claimed).To(Equal(tt.wantClaimed))
 		})
 	}
+}
+
+func TestSelectionOfAdditionalEndpointShares(t *testing.T) {
+	g := NewWithT(t)
+	lb := newLB("internal")
+	lb.Spec.PublishClusterEndpoint = ptr.To(false)
+	sel, err := memberSelector(lb)
+	g.Expect(err).NotTo(HaveOccurred())
+	cpLabels := labels.Set{clusterv1.ClusterNameLabel: "c1", clusterv1.MachineControlPlaneLabel: ""}
+	got, claimed := selectionOf(lb, sel, facts{cluster: "c1", labels: cpLabels, owner: "lb"})
+	g.Expect(got).To(BeTrue(), "a member of the publisher is shared")
+	g.Expect(claimed).To(BeEmpty())
+	got, _ = selectionOf(lb, sel, facts{cluster: "c2", labels: cpLabels, owner: "lb"})
+	g.Expect(got).To(BeFalse(), "never another Cluster's Machine")
 }
 
 func TestOwnerValueAndHookIndex(t *testing.T) {

@@ -56,6 +56,12 @@ const (
 	ClusterNotFoundReason = "ClusterNotFound"
 	// NoClusterReason: the LoadBalancer is standalone (no clusterName); nothing to publish to.
 	NoClusterReason = "NoCluster"
+	// NotPublisherReason: spec.publishClusterEndpoint is false; another LoadBalancer (or the
+	// user) owns the Cluster's endpoint.
+	NotPublisherReason = "NotPublisher"
+	// AnotherPublisherReason: an older LoadBalancer of the same Cluster publishes its endpoint
+	// too; this one does not, until one of them sets spec.publishClusterEndpoint false.
+	AnotherPublisherReason = "AnotherPublisher"
 
 	// PausedReason: reconciliation is paused.
 	PausedReason = "Paused"

@@ -102,3 +102,9 @@ func ValidHost(h string) bool {
 	}
 	return len(validation.IsDNS1123Subdomain(h)) == 0 && !strings.Contains(h, ":")
 }
+
+// PublishesClusterEndpoint reports whether the LoadBalancer writes its endpoint to its Cluster
+// (and control plane): spec.publishClusterEndpoint, true when unset.
+func (s *LoadBalancerSpec) PublishesClusterEndpoint() bool {
+	return s.PublishClusterEndpoint == nil || *s.PublishClusterEndpoint
+}

@@ -51,6 +51,9 @@ const (
 	// EventClusterEndpointMismatch (Warning): the Cluster's endpoint differs from ours; caplb does
 	// not overwrite it.
 	EventClusterEndpointMismatch = "ClusterEndpointMismatch"
+	// EventAnotherPublisher (Warning): an older LoadBalancer of the same Cluster publishes its
+	// endpoint; this one does not.
+	EventAnotherPublisher = "AnotherPublisher"
 	// EventControlPlaneEndpointSet (Normal): caplb wrote spec.controlPlaneEndpoint of the control
 	// plane object whose spec.loadBalancerRef names this LoadBalancer.
 	EventControlPlaneEndpointSet = "ControlPlaneEndpointSet"

@@ -32,6 +32,14 @@ type LoadBalancerSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.clusterName must be a Cluster name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters"
 	ClusterName string `json:"clusterName,omitempty"`
 
+	// publishClusterEndpoint says whether this LoadBalancer writes its endpoint to the Cluster's
+	// (and the control plane's) spec.controlPlaneEndpoint. A cluster may have several
+	// LoadBalancers (an internal ARP VIP and an external static or WireGuard endpoint): exactly
+	// one of them publishes; set false on the others. Each still holds its own deletion hook on
+	// the members, and a Machine's deletion waits for every one of them. Default true.
+	// +optional
+	PublishClusterEndpoint *bool `json:"publishClusterEndpoint,omitempty"`
+
 	// targetKind is the kind of member object: CAPI Machines (the default) or Nodes, for
 	// standalone use inside the cluster being balanced.
 	// +optional
@@ -263,6 +271,14 @@ type LoadBalancerStatus struct {
 	// endpoint is the endpoint the backend serves; empty until one is known.
 	// +optional
 	Endpoint APIEndpoint `json:"endpoint,omitzero"`
+
+	// certSANs are the names and addresses the members' API server certificates must carry for
+	// clients to verify this endpoint. kubeadm adds the Cluster's controlPlaneEndpoint by itself;
+	// a LoadBalancer that does not publish it needs its host in
+	// KubeadmControlPlane.spec.kubeadmConfigSpec.clusterConfiguration.apiServer.certSANs.
+	// +optional
+	// +listType=atomic
+	CertSANs []string `json:"certSANs,omitempty"`
 
 	// backend is the kind of backend in use, for display.
 	// +optional

@@ -51,6 +51,12 @@ type LoadBalancerTemplateSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="spec.template.spec.selector.matchExpressions[]: operators In and NotIn need at least one value, Exists and DoesNotExist take none"
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 
+	// publishClusterEndpoint of each LoadBalancer (see LoadBalancer spec.publishClusterEndpoint):
+	// false for a class that gives Clusters an extra endpoint beside the one another class (or the
+	// user) publishes. Default true.
+	// +optional
+	PublishClusterEndpoint *bool `json:"publishClusterEndpoint,omitempty"`
+
 	// endpoint of each LoadBalancer (see LoadBalancer spec.endpoint). host only for static.
 	// +optional
 	Endpoint APIEndpoint `json:"endpoint,omitzero"`
@@ -81,14 +87,15 @@ type LoadBalancerTemplateSpec struct {
 func (t *LoadBalancerTemplateSpec) LoadBalancerSpecFor(clusterName string) LoadBalancerSpec {
 	c := t.DeepCopy()
 	return LoadBalancerSpec{
-		ClusterName: clusterName,
-		TargetKind:  TargetKind{APIGroup: MachineAPIGroup, Kind: MachineKind},
-		Selector:    c.Selector,
-		Endpoint:    c.Endpoint,
-		TargetPort:  c.TargetPort,
-		Backend:     c.Backend,
-		HealthCheck: c.HealthCheck,
-		Quiesce:     c.Quiesce,
+		ClusterName:            clusterName,
+		TargetKind:             TargetKind{APIGroup: MachineAPIGroup, Kind: MachineKind},
+		Selector:               c.Selector,
+		PublishClusterEndpoint: c.PublishClusterEndpoint,
+		Endpoint:               c.Endpoint,
+		TargetPort:             c.TargetPort,
+		Backend:                c.Backend,
+		HealthCheck:            c.HealthCheck,
+		Quiesce:                c.Quiesce,
 	}
 }
 

@@ -62,6 +62,7 @@ func TestIntegration(t *testing.T) {
 			{"StaticMemberEndpoint", testStaticMemberEndpoint},
 			{"ClusterEndpointConflict", testClusterEndpointConflict},
 			{"ClusterEndpointAdoption", testClusterEndpointAdoption},
+			{"SeveralLoadBalancersPerCluster", testSeveralLoadBalancers},
 			{"DisableEnableMember", testDisableEnable},
 			{"DeleteMemberThroughHook", testDeleteMember},
 			{"DeleteLoadBalancerMidFlow", testDeleteLBMidFlow},
