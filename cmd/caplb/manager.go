@@ -27,6 +27,7 @@ const leaderElectionID = "caplb-manager.loadbalancer.cluster.x-k8s.io"
 
 type managerOptions struct {
 	metricsAddr, probeAddr string
+	pprofAddr              string
 	leaderElect            bool
 	leaderElectionNS       string
 	concurrency            int
@@ -55,6 +56,7 @@ func newManagerCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", `address of Go's pprof endpoints (/debug/pprof/), for profiling; empty (the default) disables them: they expose memory contents, bind them to localhost only`)
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among manager replicas through a Lease, so that only one reconciles")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the manager's own namespace)")
 	fs.IntVar(&o.concurrency, "concurrency", controllers.DefaultMaxConcurrentReconciles, "LoadBalancers reconciled in parallel")
@@ -97,6 +99,7 @@ func runManager(o managerOptions) error {
 		Client:                        controllers.ClientOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNS,
