@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/providers"
@@ -43,6 +44,8 @@ import (
 // state machine through the backend, holds CAPI pre-drain hooks on member Machines, and
 // publishes the endpoint to the LoadBalancer's status, the Cluster and the control plane.
 type LoadBalancerReconciler struct {
+	// probeEvents carries LoadBalancers whose endpoint probe result changed (static backend).
+	probeEvents chan event.GenericEvent
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
 	// APIReader reads the control-plane object behind Cluster.spec.controlPlaneRef directly,

@@ -264,7 +264,7 @@ func (r *LoadBalancerClassReconciler) createLoadBalancer(ctx context.Context, s 
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: c.Namespace,
 			Name:      name,
-			Labels:    map[string]string{lbv1.ClassLabel: s.class.Name, clusterv1.ClusterNameLabel: c.Name},
+			Labels:    classLBLabels(s.class, c.Name),
 			// No blockOwnerDeletion: it would need update on clusters/finalizers, and the
 			// LoadBalancer's own finalizer already orders its release before it is gone.
 			OwnerReferences: []metav1.OwnerReference{{
@@ -483,4 +483,15 @@ func loadBalancerToClass(_ context.Context, o client.Object) []reconcile.Request
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// classLBLabels are the labels of a LoadBalancer the class creates: the class, the Cluster, and
+// the class's shard (cluster.x-k8s.io/watch-filter), so that the manager that reconciles the
+// class also reconciles what it creates.
+func classLBLabels(class *lbv1.LoadBalancerClass, cluster string) map[string]string {
+	l := map[string]string{lbv1.ClassLabel: class.Name, clusterv1.ClusterNameLabel: cluster}
+	if v, ok := class.Labels[clusterv1.WatchLabel]; ok {
+		l[clusterv1.WatchLabel] = v
+	}
+	return l
 }

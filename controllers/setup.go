@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
@@ -77,14 +79,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 
+	// The static backend probes endpoints on its own and tells the controller when a result
+	// changes (probeEvents), instead of requeueing every LoadBalancer every health-check interval.
+	probeEvents := make(chan event.GenericEvent, 1024)
+	notify := func(namespace, name string) {
+		probeEvents <- event.GenericEvent{Object: &lbv1.LoadBalancer{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}}
+	}
 	backends := []providers.Backend{}
 	hasStatic := false
 	for _, b := range opts.Backends {
+		if sb, ok := b.(*static.Backend); ok && sb.Notify == nil {
+			sb.Notify = notify
+		}
 		hasStatic = hasStatic || b.Kind() == static.Kind
 		backends = append(backends, b)
 	}
 	if !hasStatic {
-		backends = append(backends, &static.Backend{Now: opts.Now})
+		backends = append(backends, &static.Backend{Now: opts.Now, Notify: notify})
 	}
 	reg, err := providers.NewRegistry(backends...)
 	if err != nil {
@@ -120,6 +131,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if workers <= 0 {
 		workers = DefaultMaxConcurrentReconciles
 	}
+	r.probeEvents = probeEvents
 	if err := r.setupWithManager(mgr, name, workers, opts.SkipNameValidation); err != nil {
 		return err
 	}

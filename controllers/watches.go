@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
@@ -36,6 +37,10 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 			builderPredicates(clusterChanged)).
 		// The VIP backends' IPAddressClaims: an allocation is published at once.
 		Owns(&ipamv1.IPAddressClaim{})
+	if r.probeEvents != nil {
+		// Endpoint health changes found by the static backend's own probes.
+		b = b.WatchesRawSource(source.Channel(r.probeEvents, &handler.EnqueueRequestForObject{}))
+	}
 	if r.NodeTargetsNamespace != "" {
 		// Only with Node targets enabled: otherwise the manager needs no access to Nodes at all.
 		b = b.Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToLoadBalancers),

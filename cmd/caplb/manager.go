@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -27,10 +28,12 @@ const leaderElectionID = "caplb-manager.loadbalancer.cluster.x-k8s.io"
 
 type managerOptions struct {
 	metricsAddr, probeAddr string
+	pprofAddr              string
 	leaderElect            bool
 	leaderElectionNS       string
 	concurrency            int
 	namespace              string
+	watchFilter            string
 	qps                    float32
 	burst                  int
 	shutdownTimeout        time.Duration
@@ -55,10 +58,13 @@ func newManagerCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", `address of Go's pprof endpoints (/debug/pprof/), for profiling; empty (the default) disables them: they expose memory contents, bind them to localhost only`)
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among manager replicas through a Lease, so that only one reconciles")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease (default: the manager's own namespace)")
 	fs.IntVar(&o.concurrency, "concurrency", controllers.DefaultMaxConcurrentReconciles, "LoadBalancers reconciled in parallel")
 	fs.StringVar(&o.namespace, "namespace", "", "watch only this namespace (LoadBalancers, Machines, Clusters); Nodes (cluster-scoped) are watched only with --node-targets-namespace")
+	fs.StringVar(&o.watchFilter, "watch-filter", "", "reconcile only LoadBalancers and LoadBalancerClasses labelled "+clusterv1.WatchLabel+"=<value>, "+
+		"to shard a fleet over several managers as CAPI's --watch-filter does; empty (the default) reconciles all")
 	fs.Float32Var(&o.qps, "kube-api-qps", 0, "client-side request rate limit to the API server; 0 leaves it off (API priority and fairness applies)")
 	fs.IntVar(&o.burst, "kube-api-burst", 0, "client-side burst, with --kube-api-qps")
 	fs.StringVar(&o.nodeTargetsNamespace, "node-targets-namespace", "", "accept LoadBalancers with targetKind Node, only in this namespace (the manager's own); "+
@@ -93,10 +99,11 @@ func runManager(o managerOptions) error {
 	shutdown := o.shutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(o.namespace),
+		Cache:                         controllers.CacheOptions(o.namespace, o.watchFilter),
 		Client:                        controllers.ClientOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectionNS,
@@ -137,7 +144,7 @@ func runManager(o managerOptions) error {
 		return err
 	}
 
-	log.Info("Starting manager", "namespace", o.namespace, "concurrency", o.concurrency, "leaderElect", o.leaderElect)
+	log.Info("Starting manager", "namespace", o.namespace, "watchFilter", o.watchFilter, "concurrency", o.concurrency, "leaderElect", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -206,7 +206,7 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 	}
 	opts := e.managerOptions()
 	opts.Scheme = scheme
-	opts.Cache = controllers.CacheOptions("")
+	opts.Cache = controllers.CacheOptions("", "")
 	opts.Client = controllers.ClientOptions()
 	cfg := e.Config
 	if o.ServiceAccount != "" {

@@ -17,6 +17,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,10 @@ type Backend struct {
 	Dialer Dialer
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Notify, when set, is called with a LoadBalancer whose endpoint probe result changed; the
+	// backend then re-probes endpoints by itself and never asks for a periodic requeue (the
+	// controller reconciles on Notify). Nil: the reconcile is requeued every healthCheck.interval.
+	Notify func(namespace, name string)
 
 	// probes holds the last probe per LoadBalancer and runs new ones in the background (see
 	// prober). It is a cache, not state: losing it (a restart) costs one extra probe.
@@ -148,7 +153,16 @@ func (b *Backend) prober() *prober {
 		if d == nil {
 			d = &net.Dialer{}
 		}
-		b.probes = newProber(d, b.now)
+		var notify func(string)
+		if b.Notify != nil {
+			notify = func(key string) {
+				// probeKey: <uid>/<namespace>/<name>
+				if parts := strings.SplitN(key, "/", 3); len(parts) == 3 {
+					b.Notify(parts[1], parts[2])
+				}
+			}
+		}
+		b.probes = newProber(d, b.now, notify)
 	})
 	return b.probes
 }
