@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/modes/agent"
 )
 
 // TestFailover injects each fault on the owner of one three-node cluster and
@@ -150,7 +151,7 @@ func TestNobodyHealthy(t *testing.T) {
 		{"failOpen false releases", "arpunhl2", new(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, owner := startCluster(t, tc.lab, lab.ClusterOptions{Tune: func(_ int, cfg *agent.Config) {
+			c, owner := startCluster(t, tc.lab, lab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
 				cfg.Election.FailOpen = tc.failOpen
 			}})
 			g := NewWithT(t)

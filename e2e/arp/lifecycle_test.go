@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/modes/agent"
 )
 
 // TestVIPComesUpWithoutKubernetes: three agents and three stand-in API
@@ -104,8 +105,8 @@ func TestGracefulHandover(t *testing.T) {
 func TestHandoverKeepsEstablished(t *testing.T) {
 	// A long drain so that the checks below fit in it comfortably.
 	const drain = 3 * time.Second
-	c, owner := startCluster(t, "arpestab", lab.ClusterOptions{Tune: func(_ int, cfg *agent.Config) {
-		cfg.Quiesce.Drain = agent.Duration{Duration: drain}
+	c, owner := startCluster(t, "arpestab", lab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
+		cfg.Quiesce.Drain = agentv1.Duration{Duration: drain}
 	}})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

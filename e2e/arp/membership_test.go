@@ -40,10 +40,10 @@ func TestMembershipLifecycle(t *testing.T) {
 	c, err := lab.StartCluster(l, lab.ClusterOptions{
 		Nodes: 6, AgentBinary: bins.agent, StandinBinary: bins.standin,
 		Idle: func(i int) bool { return i > 0 },
-		Tune: func(i int, cfg *agent.Config) {
+		Tune: func(i int, cfg *agentv1.AgentConfiguration) {
 			// The bootstrap data every machine gets: version 0, no members.
 			cfg.Members = nil
-			cfg.Membership = agent.MembershipConfig{Dynamic: true, StateFile: stateFile(i)}
+			cfg.Membership = agentv1.MembershipConfig{Dynamic: true, StateFile: stateFile(i)}
 		},
 	})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -25,7 +25,6 @@ import (
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/modes/agent"
 )
 
 // nodeAPIPort is where each lab node reaches the test API server, on its
@@ -58,10 +57,10 @@ func TestNodeAnnotations(t *testing.T) {
 	c, err := lab.StartCluster(l, lab.ClusterOptions{
 		AgentBinary: bins.agent, StandinBinary: bins.standin,
 		Idle: func(int) bool { return true },
-		Tune: func(i int, cfg *agent.Config) {
+		Tune: func(i int, cfg *agentv1.AgentConfiguration) {
 			cfg.Members = nil
-			cfg.Membership = agent.MembershipConfig{Dynamic: true, StateFile: filepath.Join(l.Dir(), fmt.Sprintf("n%d-membership.json", i+1))}
-			cfg.NodeAPI = agent.NodeAPIConfig{Kubeconfig: kubeconfig(i), ResyncInterval: agent.Duration{Duration: 2 * time.Second}}
+			cfg.Membership = agentv1.MembershipConfig{Dynamic: true, StateFile: filepath.Join(l.Dir(), fmt.Sprintf("n%d-membership.json", i+1))}
+			cfg.NodeAPI = agentv1.NodeAPIConfig{Kubeconfig: kubeconfig(i), ResyncInterval: agentv1.Duration{Duration: 2 * time.Second}}
 		},
 	})
 	g.Expect(err).NotTo(HaveOccurred())

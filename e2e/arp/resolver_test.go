@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	mdarp "github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/modes/agent"
 )
 
 // TestFirstTimeResolverDuringHandover (issue 8 item 6): a neighbour that
@@ -26,8 +27,8 @@ import (
 func TestFirstTimeResolverDuringHandover(t *testing.T) {
 	// A long drain so that the checks below fit in it comfortably.
 	const drain = 4 * time.Second
-	c, owner := startCluster(t, "arpfirst", lab.ClusterOptions{Tune: func(_ int, cfg *agent.Config) {
-		cfg.Quiesce.Drain = agent.Duration{Duration: drain}
+	c, owner := startCluster(t, "arpfirst", lab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
+		cfg.Quiesce.Drain = agentv1.Duration{Duration: drain}
 	}})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/modes/agent"
 )
 
 // TestBGPPeerErrors: a node whose AS number the router does not expect, a node with the wrong
@@ -29,7 +30,7 @@ func TestBGPPeerErrors(t *testing.T) {
 				n.Password = secret
 			}
 		}},
-		Configure: func(i int, cfg *agent.Config) {
+		Configure: func(i int, cfg *agentv1.AgentConfiguration) {
 			if i == 1 {
 				return
 			}

@@ -7,10 +7,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/modes/agent"
 )
 
 // The shipped sample must stay a valid agent configuration in bgp mode.
@@ -20,9 +21,9 @@ func TestSampleBGPConfigParses(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	b, err := os.ReadFile(filepath.Join(root, "config", "agent", "agent-bgp.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
-	cfg, err := agent.Parse(b)
+	cfg, err := agentv1.Parse(b)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(cfg.Mode).To(Equal(agent.ModeBGP))
+	g.Expect(cfg.Mode).To(Equal(agentv1.ModeBGP))
 	g.Expect(cfg.BGP).NotTo(BeNil())
 	g.Expect(cfg.BGP.Peers).To(HaveLen(1))
 	g.Expect(cfg.BGP.Peers[0].HoldTime.Duration.String()).To(Equal("9s"))

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -130,7 +132,7 @@ func testWireGuardRealGateway(t *testing.T, s *suite) {
 	t.Cleanup(func() { _ = srv.Close() })
 
 	boot := f.secret(g, "c-caplb-agent")
-	var mc wg.MemberConfig
+	var mc wgapi.MemberConfig
 	g.Expect(yaml.UnmarshalStrict(boot.Data[wgp.MemberConfigKey], &mc)).To(Succeed())
 	// Only what the node would differ in: its hostname, its paths, its API server's port.
 	mc.NodeName, mc.Upstream, mc.Admin.Listen = node, ln.Addr().String(), "0"

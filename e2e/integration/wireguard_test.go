@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +22,6 @@ import (
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/config/samples"
 	"github.com/caplb/caplb/e2e/harness"
-	wg "github.com/caplb/caplb/modes/wireguard"
 	wgp "github.com/caplb/caplb/providers/wireguard"
 )
 
@@ -180,8 +181,8 @@ func testWireGuardAdmission(t *testing.T, s *suite) {
 }
 
 // report plays gateway gw: it writes the report ConfigMap a gateway keeps current.
-func (f *fixture) report(g Gomega, gw string, quiesced []string, members ...wg.MemberStatus) {
-	r := wg.Report{Time: time.Now(), QuiescedNodes: quiesced, Status: wg.Status{Name: gw, Members: members}}
+func (f *fixture) report(g Gomega, gw string, quiesced []string, members ...wgapi.MemberStatus) {
+	r := wgapi.Report{Time: time.Now(), QuiescedNodes: quiesced, Status: wgapi.Status{Name: gw, Members: members}}
 	if r.QuiescedNodes == nil {
 		r.QuiescedNodes = []string{}
 	}
@@ -189,7 +190,7 @@ func (f *fixture) report(g Gomega, gw string, quiesced []string, members ...wg.M
 	g.Expect(err).NotTo(HaveOccurred())
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster.Name + wgp.GatewaySecretSuffix + "-" + gw}}
 	err = f.s.env.Client.Get(f.ctx, client.ObjectKeyFromObject(cm), cm)
-	cm.Data = map[string]string{wg.ReportKey: string(b)}
+	cm.Data = map[string]string{wgapi.ReportKey: string(b)}
 	if apierrors.IsNotFound(err) {
 		g.Expect(f.s.env.Client.Create(f.ctx, cm)).To(Succeed())
 		return
@@ -238,9 +239,9 @@ func testWireGuardFlow(t *testing.T, s *suite) {
 	boot := f.secret(g, "c-caplb-agent")
 	g.Expect(metav1.IsControlledBy(boot, lb)).To(BeTrue())
 	g.Expect(boot.Data[wgp.TokenKey]).To(Equal(token))
-	mc, err := wg.ParseMember(boot.Data[wgp.MemberConfigKey])
+	mc, err := wgapi.ParseMember(boot.Data[wgp.MemberConfigKey])
 	g.Expect(err).NotTo(HaveOccurred(), "the member must accept its file:\n%s", boot.Data[wgp.MemberConfigKey])
-	g.Expect(mc.Gateways).To(Equal([]wg.MemberGateway{
+	g.Expect(mc.Gateways).To(Equal([]wgapi.MemberGateway{
 		{Endpoint: "203.0.113.10:51820", Registration: "203.0.113.10:51821"},
 		{Endpoint: "203.0.113.11:51830", Registration: "203.0.113.11:51831"}}))
 	g.Expect(mc.TokenFile).To(Equal(wgp.MemberTokenPath))
@@ -256,7 +257,7 @@ func testWireGuardFlow(t *testing.T, s *suite) {
 	g.Expect(gws.Data[wgp.TokenKey]).To(Equal(token))
 	g.Expect(string(gws.Data[wgp.QuiescedKey])).To(Equal("[]"))
 	for name, port := range map[string]int{"gw-1": 51820, "gw-2": 51830} {
-		gc, err := wg.ParseGateway(gws.Data[wgp.GatewayConfigKey(name)])
+		gc, err := wgapi.ParseGateway(gws.Data[wgp.GatewayConfigKey(name)])
 		g.Expect(err).NotTo(HaveOccurred(), "gateway %s must accept its file", name)
 		g.Expect(gc.Name).To(Equal(name))
 		g.Expect(gc.Listen).To(Equal(":7443"))
@@ -282,9 +283,9 @@ func testWireGuardFlow(t *testing.T, s *suite) {
 		g.Expect(err).NotTo(HaveOccurred())
 		return harness.TargetState(lb, ms[0].Name)
 	}, 2*time.Second, 200*time.Millisecond).Should(Equal(lbv1.TargetAdding), "no gateway reports the member: it must not be active")
-	active := wg.MemberStatus{Node: node, PublicKey: "k1", State: "active", Healthy: true, Connections: 2}
+	active := wgapi.MemberStatus{Node: node, PublicKey: "k1", State: "active", Healthy: true, Connections: 2}
 	f.report(g, "gw-1", nil, active)
-	f.report(g, "gw-2", nil, wg.MemberStatus{Node: node, PublicKey: "k1", State: "active", Healthy: false})
+	f.report(g, "gw-2", nil, wgapi.MemberStatus{Node: node, PublicKey: "k1", State: "active", Healthy: false})
 	f.waitLB(t, "member active", allActive(ms[0].Name))
 
 	// Disabled: the gateways are told, and the quiesce waits for them, not for a timer.
@@ -297,7 +298,7 @@ func testWireGuardFlow(t *testing.T, s *suite) {
 	stillActive := func() {
 		// Both gateways keep reporting (fresh), neither has applied the quiesce yet.
 		f.report(g, "gw-1", nil, active)
-		f.report(g, "gw-2", []string{node}, wg.MemberStatus{Node: node, PublicKey: "k1", State: "quiesced"})
+		f.report(g, "gw-2", []string{node}, wgapi.MemberStatus{Node: node, PublicKey: "k1", State: "quiesced"})
 	}
 	stillActive()
 	f.waitLB(t, "member disabling", func(lb *lbv1.LoadBalancer) bool { return harness.TargetState(lb, ms[0].Name) == lbv1.TargetDisabling })
@@ -309,7 +310,7 @@ func testWireGuardFlow(t *testing.T, s *suite) {
 	}, drain+2*time.Second, 500*time.Millisecond).Should(Equal(lbv1.TargetDisabling),
 		"gw-1 still has the member in rotation: the drain period alone must not release it")
 	// gw-1 applies it; its connections drain to zero: disabled.
-	f.report(g, "gw-1", []string{node}, wg.MemberStatus{Node: node, PublicKey: "k1", State: "quiesced", Connections: 0})
+	f.report(g, "gw-1", []string{node}, wgapi.MemberStatus{Node: node, PublicKey: "k1", State: "quiesced", Connections: 0})
 	f.waitLB(t, "member disabled", func(lb *lbv1.LoadBalancer) bool { return harness.TargetState(lb, ms[0].Name) == lbv1.TargetDisabled })
 
 	// Enabled again: off the quiesced list, active once a gateway reports it healthy.

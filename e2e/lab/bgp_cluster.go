@@ -16,11 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
-
-	"github.com/caplb/caplb/modes/agent"
-	"github.com/caplb/caplb/modes/bgp"
 )
 
 // BGPClusterOptions shapes a routed cluster: the Routed lab plus, on every node, a stand-in
@@ -40,7 +39,7 @@ type BGPClusterOptions struct {
 	// Drain is the agent's quiesce drain. Default 500ms.
 	Drain time.Duration
 	// Configure may change node i's agent configuration (1-based) before it is written.
-	Configure func(i int, c *agent.Config)
+	Configure func(i int, c *agentv1.AgentConfiguration)
 }
 
 // BGPCluster is a running routed cluster.
@@ -125,10 +124,10 @@ func StartBGPCluster(l *Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 }
 
 // AgentConfig is the configuration written for the member.
-func (m *BGPMember) AgentConfig() agent.Config {
+func (m *BGPMember) AgentConfig() agentv1.AgentConfiguration {
 	c := m.cluster
 	d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
-	bc := &bgp.Config{ASN: c.Routed.opts.NodeASN, AddressLinger: d(time.Second)}
+	bc := &agentv1.BGPConfig{ASN: c.Routed.opts.NodeASN, AddressLinger: d(time.Second)}
 	if bc.ASN == 0 {
 		bc.ASN = 64512
 	}
@@ -141,17 +140,17 @@ func (m *BGPMember) AgentConfig() agent.Config {
 		routerASN = 64500
 	}
 	for _, p := range peers {
-		bc.Peers = append(bc.Peers, bgp.PeerConfig{Address: p.String(), ASN: routerASN,
+		bc.Peers = append(bc.Peers, agentv1.BGPPeer{Address: p.String(), ASN: routerASN,
 			HoldTime: d(c.opts.HoldTime), ConnectRetry: d(time.Second)})
 	}
-	cfg := agent.Config{
-		TypeMeta: agent.NewConfig().TypeMeta,
-		NodeName: m.Name, Mode: agent.ModeBGP, Port: c.Port,
-		Health: agent.HealthConfig{URL: "https://127.0.0.1:6444/readyz", CAFile: c.pki.CAFile,
-			Interval: agent.Duration{Duration: c.opts.HealthInterval}, Timeout: agent.Duration{Duration: 500 * time.Millisecond},
+	cfg := agentv1.AgentConfiguration{
+		TypeMeta: agentv1.New().TypeMeta,
+		NodeName: m.Name, Mode: agentv1.ModeBGP, Port: c.Port,
+		Health: agentv1.HealthConfig{URL: "https://127.0.0.1:6444/readyz", CAFile: c.pki.CAFile,
+			Interval: agentv1.Duration{Duration: c.opts.HealthInterval}, Timeout: agentv1.Duration{Duration: 500 * time.Millisecond},
 			Rise: 2, Fall: c.opts.HealthFall},
-		Quiesce: agent.QuiesceConfig{Drain: agent.Duration{Duration: c.opts.Drain}},
-		Admin:   agent.AdminConfig{Listen: adminListen, ControlSocket: m.controlSocket()},
+		Quiesce: agentv1.QuiesceConfig{Drain: agentv1.Duration{Duration: c.opts.Drain}},
+		Admin:   agentv1.AdminConfig{Listen: adminListen, ControlSocket: m.controlSocket()},
 		BGP:     bc,
 	}
 	for _, v := range c.VIPs {

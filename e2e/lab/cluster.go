@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/yaml"
 
@@ -56,7 +58,7 @@ type ClusterOptions struct {
 	// AgentBinary is the caplb binary; StandinBinary the stand-in apiserver.
 	AgentBinary, StandinBinary string
 	// Tune adjusts each node's agent configuration before it is written.
-	Tune func(node int, cfg *agent.Config)
+	Tune func(node int, cfg *agentv1.AgentConfiguration)
 	// AgentVerbosity is passed as -v.
 	AgentVerbosity int
 	// Idle nodes (by index) start without their agent: a test starts it
@@ -197,24 +199,24 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 }
 
 func (c *Cluster) writeConfig(i int, n *Node) error {
-	cfg := agent.Config{
-		TypeMeta:  agent.NewConfig().TypeMeta,
+	cfg := agentv1.AgentConfiguration{
+		TypeMeta:  agentv1.New().TypeMeta,
 		NodeName:  n.Name,
 		VIPs:      nil,
 		Port:      APIPort,
 		Interface: "", // auto-detected from the route to the VIP
-		Health: agent.HealthConfig{
+		Health: agentv1.HealthConfig{
 			URL:    "https://127.0.0.1:" + strconv.Itoa(ReadyzPort) + "/readyz",
 			CAFile: c.PKI.CAFile,
 		},
-		Admin:    agent.AdminConfig{Listen: AdminAddr, ControlSocket: n.ControlSocket(c.Lab)},
-		Election: agent.ElectionConfig{SecretKeyFile: c.GossipKey},
+		Admin:    agentv1.AdminConfig{Listen: AdminAddr, ControlSocket: n.ControlSocket(c.Lab)},
+		Election: agentv1.ElectionConfig{SecretKeyFile: c.GossipKey},
 	}
 	for _, v := range c.VIPs {
 		cfg.VIPs = append(cfg.VIPs, v.String())
 	}
 	for _, m := range c.Nodes {
-		cfg.Members = append(cfg.Members, agent.MemberConfig{Name: m.Name, Address: m.Addr4.String()})
+		cfg.Members = append(cfg.Members, agentv1.MemberConfig{Name: m.Name, Address: m.Addr4.String()})
 	}
 	if c.opts.Tune != nil {
 		c.opts.Tune(i, &cfg)

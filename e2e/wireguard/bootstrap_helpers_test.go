@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +36,6 @@ import (
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lifecycle"
-	wg "github.com/caplb/caplb/modes/wireguard"
 )
 
 // wgSampleFile is the shipped sample the bootstrap test follows to the letter.
@@ -232,22 +233,22 @@ func (c publicClient) node(hc *http.Client) (string, error) {
 }
 
 // reportOf reads gateway gw's report ConfigMap (<secret>-<gw>).
-func reportOf(ctx context.Context, cs kubernetes.Interface, ns, secret, gw string) (wg.Report, error) {
+func reportOf(ctx context.Context, cs kubernetes.Interface, ns, secret, gw string) (wgapi.Report, error) {
 	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, secret+"-"+gw, metav1.GetOptions{})
 	if err != nil {
-		return wg.Report{}, err
+		return wgapi.Report{}, err
 	}
-	return wg.ParseReport([]byte(cm.Data[wg.ReportKey]))
+	return wgapi.ParseReport([]byte(cm.Data[wgapi.ReportKey]))
 }
 
 // memberOf is node's entry in a report (zero when the gateway does not know it).
-func memberOf(r wg.Report, node string) (wg.MemberStatus, bool) {
+func memberOf(r wgapi.Report, node string) (wgapi.MemberStatus, bool) {
 	for _, m := range r.Status.Members {
 		if m.Node == node {
 			return m, true
 		}
 	}
-	return wg.MemberStatus{}, false
+	return wgapi.MemberStatus{}, false
 }
 
 func apiHostPort(host string) (string, error) {

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/wireguard/wglab"
-	"github.com/caplb/caplb/modes/wireguard"
 )
 
 // Client settings for every test: an attempt on a dead gateway gives up after 500 ms; a request
@@ -201,8 +202,8 @@ func rotateUnderLoad(t *testing.T, w *wglab.Lab) {
 	g.Expect(after.PublicKey).NotTo(Equal(before.PublicKey))
 	g.Expect(after.TunnelAddress).NotTo(Equal(before.TunnelAddress))
 	// The old key drains off both gateways; the new one is healthy on both.
-	g.Eventually(func() []wireguard.MemberStatus {
-		var all []wireguard.MemberStatus
+	g.Eventually(func() []wgapi.MemberStatus {
+		var all []wgapi.MemberStatus
 		for _, gw := range w.Gateways {
 			st, _ := w.GatewayStatus(gw)
 			all = append(all, st.Members...)

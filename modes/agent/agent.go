@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 
 	"github.com/caplb/caplb/modes/arp"
@@ -68,7 +70,7 @@ const handoverRedirectMargin = time.Second
 
 // Agent holds one node's role. Create it with newAgent; Run drives it.
 type Agent struct {
-	cfg    *Config
+	cfg    *agentv1.AgentConfiguration
 	log    logr.Logger
 	dp     dataplane.Dataplane
 	ml     membership // nil in bgp mode: every eligible member announces
@@ -126,7 +128,7 @@ const (
 	leaveTimeout = 500 * time.Millisecond
 )
 
-func newAgent(cfg *Config, log logr.Logger, dp dataplane.Dataplane, ml membership, h health, m *metrics) *Agent {
+func newAgent(cfg *agentv1.AgentConfiguration, log logr.Logger, dp dataplane.Dataplane, ml membership, h health, m *metrics) *Agent {
 	return &Agent{
 		cfg: cfg, log: log, dp: dp, ml: ml, health: h, m: m, vips: cfg.ParsedVIPs(),
 		wake: make(chan struct{}, 1), quiesceC: make(chan quiesceRequest, 8),
@@ -298,7 +300,7 @@ func (a *Agent) step(now time.Time) {
 // neighbours' caches flipped would otherwise get a RST from us.
 func (a *Agent) redirectFromPrevious(v election.View) {
 	r, ok := a.dp.(handoverRedirector)
-	if !ok || a.cfg.Mode == ModeBGP {
+	if !ok || a.cfg.Mode == agentv1.ModeBGP {
 		return
 	}
 	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
@@ -327,7 +329,7 @@ func (a *Agent) memberAddress(m election.MemberView) netip.Addr {
 
 // decide returns whether this node should hold the VIPs and why.
 func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d election.Decision) (bool, string) {
-	if a.cfg.Mode == ModeBGP {
+	if a.cfg.Mode == agentv1.ModeBGP {
 		if eligible {
 			return true, "eligible (bgp: every eligible member announces)"
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 
@@ -137,7 +139,7 @@ func (h *fakeHealth) set(ok bool)           { h.mu.Lock(); h.ok = ok; h.mu.Unloc
 // newTestAgent: self is the most preferred of three members unless selfIdx>0.
 func newTestAgent(t *testing.T, selfIdx int) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
 	t.Helper()
-	cfg, err := Parse([]byte(`
+	cfg, err := agentv1.Parse([]byte(`
 apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
 kind: AgentConfiguration
 nodeName: self
@@ -312,8 +314,8 @@ func TestReleaseRules(t *testing.T) {
 func TestRunExitsAfterHandoverAndCloses(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, dp, _ := newTestAgent(t, 0)
-	a.cfg.Quiesce.Drain = Duration{Duration: 10 * time.Millisecond}
-	a.cfg.Election.Settle = Duration{Duration: time.Millisecond}
+	a.cfg.Quiesce.Drain = agentv1.Duration{Duration: 10 * time.Millisecond}
+	a.cfg.Election.Settle = agentv1.Duration{Duration: time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, context.Background()) }()

@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
@@ -32,7 +34,7 @@ root only): the same, plus POST /quiesce (hand over and stay out) and DELETE
 once (VIP removed).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := NewLogger(verbosity)
-			cfg, err := Load(configPath)
+			cfg, err := agentv1.Load(configPath)
 			if err != nil {
 				return err
 			}

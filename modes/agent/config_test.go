@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
 )
@@ -26,9 +28,9 @@ election:
 
 func TestParseDefaults(t *testing.T) {
 	g := NewWithT(t)
-	c, err := Parse([]byte(validYAML))
+	c, err := agentv1.Parse([]byte(validYAML))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(c.Mode).To(Equal(ModeARP))
+	g.Expect(c.Mode).To(Equal(agentv1.ModeARP))
 	g.Expect(c.Port).To(Equal(6443))
 	g.Expect(c.Health.URL).To(Equal("https://127.0.0.1:6443/readyz"))
 	g.Expect(c.Health.Interval.Duration).To(Equal(200 * time.Millisecond))
@@ -83,7 +85,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			_, err := Parse([]byte(tc.yaml))
+			_, err := agentv1.Parse([]byte(tc.yaml))
 			g.Expect(err).To(HaveOccurred())
 			for _, w := range tc.want {
 				g.Expect(err.Error()).To(ContainSubstring(w))
@@ -96,11 +98,11 @@ func TestParseErrorsNameTheField(t *testing.T) {
 // takes the default.
 func TestExplicitZeros(t *testing.T) {
 	g := NewWithT(t)
-	c, err := Parse([]byte(validYAML + "quiesce: {drain: 0s}\narp: {burstCount: 0}\n"))
+	c, err := agentv1.Parse([]byte(validYAML + "quiesce: {drain: 0s}\narp: {burstCount: 0}\n"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Quiesce.Drain.Duration).To(BeZero())
 	g.Expect(c.ARP.BurstCount).To(BeZero())
-	c, err = Parse([]byte(validYAML))
+	c, err = agentv1.Parse([]byte(validYAML))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
 	g.Expect(c.ARP.BurstCount).To(Equal(5))
@@ -108,14 +110,14 @@ func TestExplicitZeros(t *testing.T) {
 	// A configuration rendered from the type (the manager, the lab) leaves
 	// unset durations out, so they take their defaults rather than an
 	// explicit 0.
-	r := NewConfig()
+	r := agentv1.New()
 	r.NodeName, r.VIPs = "cp-1", []string{"192.0.2.10"}
-	r.Members = []MemberConfig{{Name: "cp-1", Address: "192.0.2.11"}}
+	r.Members = []agentv1.MemberConfig{{Name: "cp-1", Address: "192.0.2.11"}}
 	r.Health.InsecureSkipVerify, r.Election.Insecure = true, true
 	b, err := yaml.Marshal(r)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(b)).NotTo(ContainSubstring("drain"))
-	c, err = Parse(b)
+	c, err = agentv1.Parse(b)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Quiesce.Drain.Duration).To(Equal(500 * time.Millisecond))
 	g.Expect(c.ARP.BurstCount).To(Equal(5))
@@ -123,6 +125,6 @@ func TestExplicitZeros(t *testing.T) {
 
 func TestSampleConfigParses(t *testing.T) {
 	g := NewWithT(t)
-	_, err := Load("../../config/agent/agent.yaml")
+	_, err := agentv1.Load("../../config/agent/agent.yaml")
 	g.Expect(err).NotTo(HaveOccurred())
 }

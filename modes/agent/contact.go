@@ -3,6 +3,8 @@ package agent
 import (
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/caplb/caplb/modes/election"
 )
 
@@ -44,4 +46,6 @@ func aliveAhead(v election.View, self string) int {
 
 // claimStagger is the head start per alive member preferred over this one:
 // three gossip rounds.
-func claimStagger(c *Config) time.Duration { return 3 * c.Election.GossipInterval.Duration }
+func claimStagger(c *agentv1.AgentConfiguration) time.Duration {
+	return 3 * c.Election.GossipInterval.Duration
+}

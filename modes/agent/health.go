@@ -11,13 +11,15 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 )
 
 // healthChecker polls the local API server and turns its answers into a
 // debounced healthy/unhealthy state (rise/fall thresholds).
 type healthChecker struct {
-	cfg    HealthConfig
+	cfg    agentv1.HealthConfig
 	client *http.Client
 	log    logr.Logger
 	// lastLog rate-limits the log of a failing check (logEvery).
@@ -32,7 +34,7 @@ type healthChecker struct {
 // logEvery bounds how often a failing health check is logged.
 const logEvery = 10 * time.Second
 
-func newHealthChecker(cfg HealthConfig, log logr.Logger) (*healthChecker, error) {
+func newHealthChecker(cfg agentv1.HealthConfig, log logr.Logger) (*healthChecker, error) {
 	// ServerName: kubeadm's, k3s's and RKE2's serving certificates carry
 	// "kubernetes" but not 127.0.0.1; verifying against the URL's IP would
 	// fail every check on a real node.

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 )
@@ -22,8 +24,8 @@ func TestHealthThresholds(t *testing.T) {
 		_, _ = w.Write([]byte("ok"))
 	}))
 	defer srv.Close()
-	h, err := newHealthChecker(HealthConfig{URL: srv.URL + "/readyz", InsecureSkipVerify: true,
-		Timeout: Duration{Duration: 1e9}, Rise: 2, Fall: 3}, logr.Discard())
+	h, err := newHealthChecker(agentv1.HealthConfig{URL: srv.URL + "/readyz", InsecureSkipVerify: true,
+		Timeout: agentv1.Duration{Duration: 1e9}, Rise: 2, Fall: 3}, logr.Discard())
 	g.Expect(err).NotTo(HaveOccurred())
 	step := func() bool {
 		ok, detail := h.check(context.Background())
@@ -50,7 +52,7 @@ func TestHealthVerifiesTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer srv.Close()
 	// Not insecure and no CA: the self-signed server is refused.
-	h, err := newHealthChecker(HealthConfig{URL: srv.URL, Timeout: Duration{Duration: 1e9}, Rise: 1, Fall: 1}, logr.Discard())
+	h, err := newHealthChecker(agentv1.HealthConfig{URL: srv.URL, Timeout: agentv1.Duration{Duration: 1e9}, Rise: 1, Fall: 1}, logr.Discard())
 	g.Expect(err).NotTo(HaveOccurred())
 	ok, detail := h.check(context.Background())
 	g.Expect(ok).To(BeFalse())

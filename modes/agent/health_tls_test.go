@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"context"
 
 	"github.com/go-logr/logr/funcr"
@@ -75,8 +77,8 @@ func TestHealthServerName(t *testing.T) {
 			g := NewWithT(t)
 			var lines []string
 			log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
-			h, err := newHealthChecker(HealthConfig{URL: url, CAFile: caFile, ServerName: tc.serverName,
-				Timeout: Duration{Duration: time.Second}, Rise: 1, Fall: 1}, log)
+			h, err := newHealthChecker(agentv1.HealthConfig{URL: url, CAFile: caFile, ServerName: tc.serverName,
+				Timeout: agentv1.Duration{Duration: time.Second}, Rise: 1, Fall: 1}, log)
 			g.Expect(err).NotTo(HaveOccurred())
 			for i := 0; i < 3; i++ {
 				ok, detail := h.check(context.Background())
@@ -93,7 +95,7 @@ func TestHealthServerName(t *testing.T) {
 		})
 	}
 	g := NewWithT(t)
-	c, err := Parse([]byte(validYAML))
+	c, err := agentv1.Parse([]byte(validYAML))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Health.ServerName).To(Equal("kubernetes"), "the default for an IP URL")
 }

@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/caplb/caplb/modes/election"
 )
 
 // electionConfig builds the memberlist side of cfg: the roster it starts
 // from (r: the newest membership known at start), the keyring and label.
-func electionConfig(cfg *Config, r election.Roster) (election.Config, error) {
+func electionConfig(cfg *agentv1.AgentConfiguration, r election.Roster) (election.Config, error) {
 	e := cfg.Election
 	ec := election.Config{
 		Self:           cfg.NodeName,
@@ -51,7 +53,7 @@ func electionConfig(cfg *Config, r election.Roster) (election.Config, error) {
 // ownAddress is the address this node gossips from when it is not (yet) a
 // member: election.bindAddress, else the source address of the route to
 // the first VIP (the node's own address on the VIP segment).
-func ownAddress(cfg *Config) (netip.Addr, error) {
+func ownAddress(cfg *agentv1.AgentConfiguration) (netip.Addr, error) {
 	if cfg.Election.BindAddress != "" {
 		return netip.MustParseAddr(cfg.Election.BindAddress).Unmap(), nil
 	}
@@ -71,7 +73,7 @@ func ownAddress(cfg *Config) (netip.Addr, error) {
 
 // readKeys returns the keyring: election.secretKeyFile first (the key that
 // sends), then election.secondaryKeyFiles (accepted on receive).
-func readKeys(e ElectionConfig) ([][]byte, error) {
+func readKeys(e agentv1.ElectionConfig) ([][]byte, error) {
 	if e.SecretKeyFile == "" {
 		return nil, nil
 	}

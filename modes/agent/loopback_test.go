@@ -28,7 +28,7 @@ type loopAgent struct {
 func startLoopAgent(t *testing.T, port, i int, doc agentv1.Membership, stateFile string, healthy bool) *loopAgent {
 	t.Helper()
 	name := fmt.Sprintf("n%d", i)
-	cfg, err := Parse([]byte(fmt.Sprintf(`
+	cfg, err := agentv1.Parse([]byte(fmt.Sprintf(`
 apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
 kind: AgentConfiguration
 nodeName: %s

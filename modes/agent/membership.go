@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/caplb/caplb/modes/election"
 )
 
@@ -123,7 +125,7 @@ func (a *Agent) digest() string {
 }
 
 // digestFor is the digest of cfg with r's members.
-func digestFor(cfg *Config, r election.Roster) string {
+func digestFor(cfg *agentv1.AgentConfiguration, r election.Roster) string {
 	c := *cfg
 	c.Members = r.Document().Members
 	return c.Digest()

@@ -167,8 +167,8 @@ func TestMemberStore(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "sub", "membership.json")
-	cfg := &Config{NodeName: "a", Members: []MemberConfig{{Name: "a", Address: "192.0.2.1"}},
-		Membership: MembershipConfig{Dynamic: true, Version: 2, StateFile: state}}
+	cfg := &agentv1.AgentConfiguration{NodeName: "a", Members: []agentv1.MemberConfig{{Name: "a", Address: "192.0.2.1"}},
+		Membership: agentv1.MembershipConfig{Dynamic: true, Version: 2, StateFile: state}}
 	s, err := newMemberStore(cfg, logr.Discard())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.current().Version).To(Equal(int64(2)), "from the configuration file")
@@ -240,11 +240,11 @@ func TestReadKey(t *testing.T) {
 		})
 	}
 	g := NewWithT(t)
-	keys, err := readKeys(ElectionConfig{SecretKeyFile: write("p", "0123456789abcdef", 0o600),
+	keys, err := readKeys(agentv1.ElectionConfig{SecretKeyFile: write("p", "0123456789abcdef", 0o600),
 		SecondaryKeyFiles: []string{write("s", "fedcba9876543210", 0o600)}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(keys).To(Equal([][]byte{[]byte("0123456789abcdef"), []byte("fedcba9876543210")}), "primary first")
-	_, err = readKeys(ElectionConfig{SecretKeyFile: write("p2", "0123456789abcdef", 0o600),
+	_, err = readKeys(agentv1.ElectionConfig{SecretKeyFile: write("p2", "0123456789abcdef", 0o600),
 		SecondaryKeyFiles: []string{write("s2", "fedcba9876543210", 0o644)}})
 	g.Expect(err).To(MatchError(ContainSubstring("election.secondaryKeyFiles[0]")))
 }

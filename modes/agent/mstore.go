@@ -39,7 +39,7 @@ type memberStore struct {
 }
 
 // newMemberStore starts from the configuration and the state file.
-func newMemberStore(cfg *Config, log logr.Logger) (*memberStore, error) {
+func newMemberStore(cfg *agentv1.AgentConfiguration, log logr.Logger) (*memberStore, error) {
 	s := &memberStore{path: cfg.Membership.StateFile, log: log}
 	s.cur = agentv1.Membership{Version: cfg.Membership.Version, Members: append([]agentv1.MemberConfig{}, cfg.Members...)}
 	if !cfg.Membership.Dynamic || s.path == "" {

@@ -23,7 +23,7 @@ import (
 // exclude-from-external-load-balancers label, and writes the agent's report
 // in the agent-status annotation. Failover never depends on it.
 type nodeAPI struct {
-	cfg   NodeAPIConfig
+	cfg   agentv1.NodeAPIConfig
 	log   logr.Logger
 	agent *Agent
 	store *memberStore

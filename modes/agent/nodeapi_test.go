@@ -73,7 +73,7 @@ func TestNodeAPI(t *testing.T) {
 	ml.mu.Lock()
 	ml.version = 1
 	ml.mu.Unlock()
-	a.cfg.Membership = MembershipConfig{Dynamic: true, Version: 1, StateFile: filepath.Join(t.TempDir(), "membership.json")}
+	a.cfg.Membership = agentv1.MembershipConfig{Dynamic: true, Version: 1, StateFile: filepath.Join(t.TempDir(), "membership.json")}
 	store, err := newMemberStore(a.cfg, a.log)
 	g.Expect(err).NotTo(HaveOccurred())
 	store.run = func(r election.Roster) { ml.SetRoster(r) }
@@ -84,7 +84,7 @@ func TestNodeAPI(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubelet.conf")
-	n := &nodeAPI{cfg: NodeAPIConfig{Kubeconfig: kubeconfig, NodeName: self, ResyncInterval: Duration{Duration: 2 * time.Second}},
+	n := &nodeAPI{cfg: agentv1.NodeAPIConfig{Kubeconfig: kubeconfig, NodeName: self, ResyncInterval: agentv1.Duration{Duration: 2 * time.Second}},
 		log: a.log, agent: a, store: store, minPatch: 100 * time.Millisecond}
 	go n.run(actx)
 	time.Sleep(1500 * time.Millisecond) // the agent waits for the kubeconfig meanwhile

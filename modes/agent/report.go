@@ -25,7 +25,7 @@ func (a *Agent) report(now time.Time, healthy bool, v election.View) agentv1.Age
 	}
 	r.Eligible = healthy && !a.quiescing
 	quiet := a.quiescing && !a.holding
-	if a.cfg.Mode == ModeBGP {
+	if a.cfg.Mode == agentv1.ModeBGP {
 		r.InDataPlane = a.holding
 		// Withdrawn routes take the drain period to leave the peers'
 		// tables and the flows on them to finish.

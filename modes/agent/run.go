@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,7 +22,7 @@ import (
 // and exits) or force ends (then it exits at once). Every exit path removes
 // the VIPs; only SIGKILL cannot, and the next start removes what it left
 // (arp.RemoveStale).
-func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Option) (err error) {
+func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.Logger, opts ...Option) (err error) {
 	var o options
 	for _, f := range opts {
 		f(&o)
@@ -50,7 +52,7 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Optio
 	// mistake fails here, before RemoveStale could strip the live owner's
 	// VIPs.
 	var ml *election.Membership
-	if cfg.Mode == ModeARP {
+	if cfg.Mode == agentv1.ModeARP {
 		ecfg, err := electionConfig(cfg, store.roster())
 		if err != nil {
 			return err
@@ -93,7 +95,7 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Optio
 		a = newAgent(cfg, log, dp, nil, h, m)
 	}
 	a.store = store
-	if cfg.Mode == ModeARP && cfg.Membership.Dynamic {
+	if cfg.Mode == agentv1.ModeARP && cfg.Membership.Dynamic {
 		a.prober = newARPProber(ifName)
 	}
 
@@ -125,7 +127,7 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Optio
 	if cfg.Membership.Dynamic {
 		goSafe(log, crash, "state file", func() { watchStateFile(hctx, store, o.reload) })
 	}
-	if st, ok := dp.(dataplaneStatus); ok && cfg.Mode == ModeARP {
+	if st, ok := dp.(dataplaneStatus); ok && cfg.Mode == agentv1.ModeARP {
 		// Track the VIP interface (linkwatch.go).
 		if a.link, err = startLinkWatch(hctx, st.Status().Interface, a.Wake, log); err != nil {
 			log.Error(err, "VIP interface not tracked: a link going down releases only through lost contact")
@@ -140,17 +142,17 @@ func Run(ctx, force context.Context, cfg *Config, log logr.Logger, opts ...Optio
 }
 
 // warnConfig logs configurations that work but are fragile.
-func warnConfig(cfg *Config, log logr.Logger) {
-	if cfg.Mode == ModeARP && len(cfg.Members) == 2 && !cfg.Membership.Dynamic {
+func warnConfig(cfg *agentv1.AgentConfiguration, log logr.Logger) {
+	if cfg.Mode == agentv1.ModeARP && len(cfg.Members) == 2 && !cfg.Membership.Dynamic {
 		log.Info("WARNING: two members: a majority is both, so either one failing loses the VIP; use 1, 3 or 5 members")
 	}
-	if cfg.Election.Insecure && cfg.Mode == ModeARP {
+	if cfg.Election.Insecure && cfg.Mode == agentv1.ModeARP {
 		log.Info("WARNING: election.insecure: gossip is not authenticated; anyone who reaches the gossip port can move the VIP")
 	}
 }
 
-func newDataplane(cfg *Config, log logr.Logger, reg prometheus.Registerer) (dataplane.Dataplane, string, error) {
-	if cfg.Mode == ModeBGP {
+func newDataplane(cfg *agentv1.AgentConfiguration, log logr.Logger, reg prometheus.Registerer) (dataplane.Dataplane, string, error) {
+	if cfg.Mode == agentv1.ModeBGP {
 		// The one call into modes/bgp; its signature follows that package.
 		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg)
 		if err != nil {

@@ -95,9 +95,9 @@ func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligib
 		}
 	}
 	switch {
-	case a.cfg.Mode == ModeBGP && a.holding:
+	case a.cfg.Mode == agentv1.ModeBGP && a.holding:
 		s.Role = "announcing"
-	case a.cfg.Mode == ModeBGP:
+	case a.cfg.Mode == agentv1.ModeBGP:
 		s.Role = "withdrawn"
 	case a.holding:
 		s.Role = "owner"

@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
-func validConfig() Config {
-	return Config{ASN: 64512, Peers: []PeerConfig{{Address: "10.0.0.1", ASN: 64500}}}
+func validConfig() agentv1.BGPConfig {
+	return agentv1.BGPConfig{ASN: 64512, Peers: []agentv1.BGPPeer{{Address: "10.0.0.1", ASN: 64500}}}
 }
 
 func TestValidate(t *testing.T) {
@@ -26,37 +28,37 @@ func TestValidate(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		mutate func(*Config)
+		mutate func(*agentv1.BGPConfig)
 		want   []string // substrings of the error; empty: valid
 	}{
-		{"minimal", func(*Config) {}, nil},
-		{"full", func(c *Config) {
+		{"minimal", func(*agentv1.BGPConfig) {}, nil},
+		{"full", func(c *agentv1.BGPConfig) {
 			c.RouterID = "10.0.0.11"
 			c.ListenPort = 1179
 			c.Communities = []string{"65000:100", "no-export"}
 			c.LargeCommunities = []string{"4200000000:1:2"}
 			c.AddressLinger = d("1s")
-			c.Peers = append(c.Peers, PeerConfig{Address: "fd00::1", ASN: 64500, Port: 1790, SourceAddress: "fd00::11",
+			c.Peers = append(c.Peers, agentv1.BGPPeer{Address: "fd00::1", ASN: 64500, Port: 1790, SourceAddress: "fd00::11",
 				EBGPMultihop: 2, HoldTime: d("3s"), KeepaliveTime: d("1s"), ConnectRetry: d("2s")})
 		}, nil},
-		{"no asn", func(c *Config) { c.ASN = 0 }, []string{"bgp.asn: required"}},
-		{"ipv6 router id", func(c *Config) { c.RouterID = "fd00::1" }, []string{"bgp.routerID", "not an IPv4 address"}},
-		{"no peers", func(c *Config) { c.Peers = nil }, []string{"bgp.peers: at least one peer"}},
-		{"bad peer address", func(c *Config) { c.Peers[0].Address = "router.example" }, []string{"bgp.peers[0].address", "not an IP address"}},
-		{"duplicate peer", func(c *Config) { c.Peers = append(c.Peers, c.Peers[0]) }, []string{"bgp.peers[1].address", "already bgp.peers[0]"}},
-		{"no peer asn", func(c *Config) { c.Peers[0].ASN = 0 }, []string{"bgp.peers[0].asn: required"}},
-		{"source family", func(c *Config) { c.Peers[0].SourceAddress = "fd00::2" }, []string{"bgp.peers[0].sourceAddress", "different families"}},
-		{"multihop on ibgp", func(c *Config) { c.Peers[0].ASN = c.ASN; c.Peers[0].EBGPMultihop = 2 }, []string{"bgp.peers[0].ebgpMultihop", "iBGP"}},
-		{"hold too short", func(c *Config) { c.Peers[0].HoldTime = d("2s") }, []string{"bgp.peers[0].holdTime", "3s minimum"}},
-		{"hold fractional", func(c *Config) { c.Peers[0].HoldTime = d("3500ms") }, []string{"bgp.peers[0].holdTime", "whole number of seconds"}},
-		{"keepalive not below hold", func(c *Config) { c.Peers[0].HoldTime = d("3s"); c.Peers[0].KeepaliveTime = d("3s") }, []string{"bgp.peers[0].keepaliveTime", "shorter than the hold time"}},
-		{"connect retry fractional", func(c *Config) { c.Peers[0].ConnectRetry = d("500ms") }, []string{"bgp.peers[0].connectRetry"}},
-		{"bad community", func(c *Config) { c.Communities = []string{"70000:1"} }, []string{"bgp.communities[0]", "0-65535"}},
-		{"community without colon", func(c *Config) { c.Communities = []string{"100"} }, []string{"bgp.communities[0]", "ASN:VALUE"}},
-		{"bad large community", func(c *Config) { c.LargeCommunities = []string{"1:2"} }, []string{"bgp.largeCommunities[0]", "ASN:LOCAL1:LOCAL2"}},
-		{"bad interface", func(c *Config) { c.Interface = "a/b" }, []string{"bgp.interface"}},
-		{"negative linger", func(c *Config) { c.AddressLinger = d("-1s") }, []string{"bgp.addressLinger"}},
-		{"several errors at once", func(c *Config) { c.ASN = 0; c.Peers[0].ASN = 0 }, []string{"bgp.asn", "bgp.peers[0].asn"}},
+		{"no asn", func(c *agentv1.BGPConfig) { c.ASN = 0 }, []string{"bgp.asn: required"}},
+		{"ipv6 router id", func(c *agentv1.BGPConfig) { c.RouterID = "fd00::1" }, []string{"bgp.routerID", "not an IPv4 address"}},
+		{"no peers", func(c *agentv1.BGPConfig) { c.Peers = nil }, []string{"bgp.peers: at least one peer"}},
+		{"bad peer address", func(c *agentv1.BGPConfig) { c.Peers[0].Address = "router.example" }, []string{"bgp.peers[0].address", "not an IP address"}},
+		{"duplicate peer", func(c *agentv1.BGPConfig) { c.Peers = append(c.Peers, c.Peers[0]) }, []string{"bgp.peers[1].address", "already bgp.peers[0]"}},
+		{"no peer asn", func(c *agentv1.BGPConfig) { c.Peers[0].ASN = 0 }, []string{"bgp.peers[0].asn: required"}},
+		{"source family", func(c *agentv1.BGPConfig) { c.Peers[0].SourceAddress = "fd00::2" }, []string{"bgp.peers[0].sourceAddress", "different families"}},
+		{"multihop on ibgp", func(c *agentv1.BGPConfig) { c.Peers[0].ASN = c.ASN; c.Peers[0].EBGPMultihop = 2 }, []string{"bgp.peers[0].ebgpMultihop", "iBGP"}},
+		{"hold too short", func(c *agentv1.BGPConfig) { c.Peers[0].HoldTime = d("2s") }, []string{"bgp.peers[0].holdTime", "3s minimum"}},
+		{"hold fractional", func(c *agentv1.BGPConfig) { c.Peers[0].HoldTime = d("3500ms") }, []string{"bgp.peers[0].holdTime", "whole number of seconds"}},
+		{"keepalive not below hold", func(c *agentv1.BGPConfig) { c.Peers[0].HoldTime = d("3s"); c.Peers[0].KeepaliveTime = d("3s") }, []string{"bgp.peers[0].keepaliveTime", "shorter than the hold time"}},
+		{"connect retry fractional", func(c *agentv1.BGPConfig) { c.Peers[0].ConnectRetry = d("500ms") }, []string{"bgp.peers[0].connectRetry"}},
+		{"bad community", func(c *agentv1.BGPConfig) { c.Communities = []string{"70000:1"} }, []string{"bgp.communities[0]", "0-65535"}},
+		{"community without colon", func(c *agentv1.BGPConfig) { c.Communities = []string{"100"} }, []string{"bgp.communities[0]", "ASN:VALUE"}},
+		{"bad large community", func(c *agentv1.BGPConfig) { c.LargeCommunities = []string{"1:2"} }, []string{"bgp.largeCommunities[0]", "ASN:LOCAL1:LOCAL2"}},
+		{"bad interface", func(c *agentv1.BGPConfig) { c.Interface = "a/b" }, []string{"bgp.interface"}},
+		{"negative linger", func(c *agentv1.BGPConfig) { c.AddressLinger = d("-1s") }, []string{"bgp.addressLinger"}},
+		{"several errors at once", func(c *agentv1.BGPConfig) { c.ASN = 0; c.Peers[0].ASN = 0 }, []string{"bgp.asn", "bgp.peers[0].asn"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +82,7 @@ func TestValidate(t *testing.T) {
 // docs/backends/bgp.md must land in the fields.
 func TestConfigYAML(t *testing.T) {
 	g := NewWithT(t)
-	var c Config
+	var c agentv1.BGPConfig
 	g.Expect(yaml.UnmarshalStrict([]byte(`
 asn: 64512
 routerID: 10.0.0.11
@@ -112,15 +114,15 @@ peers:
 
 func TestParseCommunity(t *testing.T) {
 	g := NewWithT(t)
-	v, err := parseCommunity("65000:100")
+	v, err := agentv1.ParseCommunity("65000:100")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(v).To(Equal(uint32(65000<<16 | 100)))
-	v, err = parseCommunity("NO-EXPORT")
+	v, err = agentv1.ParseCommunity("NO-EXPORT")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(v).To(Equal(uint32(0xFFFFFF01)))
-	l, err := parseLargeCommunity("4200000000:1:2")
+	l, err := agentv1.ParseLargeCommunity("4200000000:1:2")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l).To(Equal(largeCommunity{ASN: 4200000000, Local1: 1, Local2: 2}))
+	g.Expect(l).To(Equal(agentv1.LargeCommunity{ASN: 4200000000, Local1: 1, Local2: 2}))
 }
 
 func TestReadPassword(t *testing.T) {
@@ -173,6 +175,6 @@ func TestValidateVIPs(t *testing.T) {
 	g.Expect(c.ValidateVIPs([]netip.Addr{v4})).To(Succeed())
 	g.Expect(c.ValidateVIPs([]netip.Addr{v4, v6})).To(MatchError(And(
 		ContainSubstring("bgp.peers"), ContainSubstring("2001:db8::10 needs an IPv6 peer"))))
-	c.Peers = append(c.Peers, PeerConfig{Address: "2001:db8::1", ASN: 64500})
+	c.Peers = append(c.Peers, agentv1.BGPPeer{Address: "2001:db8::1", ASN: 64500})
 	g.Expect(c.ValidateVIPs([]netip.Addr{v4, v6})).To(Succeed())
 }

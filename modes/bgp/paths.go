@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/apiutil"
 	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
@@ -16,17 +18,17 @@ type pathAttrs struct {
 	large       []*bgp.LargeCommunity
 }
 
-func newPathAttrs(cfg Config) (pathAttrs, error) {
+func newPathAttrs(cfg agentv1.BGPConfig) (pathAttrs, error) {
 	var a pathAttrs
 	for i, s := range cfg.Communities {
-		c, err := parseCommunity(s)
+		c, err := agentv1.ParseCommunity(s)
 		if err != nil {
 			return a, fmt.Errorf("bgp.communities[%d]: %w", i, err)
 		}
 		a.communities = append(a.communities, c)
 	}
 	for i, s := range cfg.LargeCommunities {
-		c, err := parseLargeCommunity(s)
+		c, err := agentv1.ParseLargeCommunity(s)
 		if err != nil {
 			return a, fmt.Errorf("bgp.largeCommunities[%d]: %w", i, err)
 		}

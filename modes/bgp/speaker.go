@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/server"
@@ -56,15 +58,15 @@ var _ dataplane.Dataplane = &Speaker{}
 
 // New starts the speaker: it validates cfg, reads the password files, starts gobgp and begins
 // dialling the peers. Nothing is announced until Sync says so. reg may be nil.
-func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Speaker, error) {
+func New(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer) (*Speaker, error) {
 	name := cfg.Interface
 	if name == "" {
-		name = DefaultInterface
+		name = agentv1.DefaultInterface
 	}
 	return newSpeaker(cfg, log, reg, &dummyAddresses{name: name, log: log.Info}, time.Now)
 }
 
-func newSpeaker(cfg Config, log logr.Logger, reg prometheus.Registerer, addrs addresses, now func() time.Time) (*Speaker, error) {
+func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer, addrs addresses, now func() time.Time) (*Speaker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -99,7 +101,7 @@ func newSpeaker(cfg Config, log logr.Logger, reg prometheus.Registerer, addrs ad
 		addrs:     addrs,
 		routerID:  routerID,
 		asn:       cfg.ASN,
-		linger:    durationOr(cfg.AddressLinger, DefaultAddressLinger),
+		linger:    agentv1.DurationOr(cfg.AddressLinger, agentv1.DefaultAddressLinger),
 		families:  map[bool]bool{},
 		attrs:     attrs,
 		now:       now,
@@ -125,7 +127,7 @@ func newSpeaker(cfg Config, log logr.Logger, reg prometheus.Registerer, addrs ad
 	return s, nil
 }
 
-func (s *Speaker) start(ctx context.Context, cfg Config, passwords []string) error {
+func (s *Speaker) start(ctx context.Context, cfg agentv1.BGPConfig, passwords []string) error {
 	global := &api.Global{Asn: cfg.ASN, RouterId: s.routerID.String(), ListenPort: -1}
 	for _, p := range cfg.Peers {
 		s.families[netip.MustParseAddr(p.Address).Unmap().Is4()] = true
@@ -166,9 +168,9 @@ func (s *Speaker) start(ctx context.Context, cfg Config, passwords []string) err
 // apiPeer is the gobgp neighbour for p. The session carries the address family of the peer's
 // address only: the next hop of a route is this node's address on the session, so an IPv6 VIP
 // needs an IPv6 session.
-func apiPeer(p PeerConfig, localASN uint32, password string) *api.Peer {
+func apiPeer(p agentv1.BGPPeer, localASN uint32, password string) *api.Peer {
 	addr := netip.MustParseAddr(p.Address).Unmap()
-	hold := durationOr(p.HoldTime, DefaultHoldTime)
+	hold := agentv1.DurationOr(p.HoldTime, agentv1.DefaultHoldTime)
 	keepalive := hold / 3
 	if p.KeepaliveTime != nil && p.KeepaliveTime.Duration != 0 {
 		keepalive = p.KeepaliveTime.Duration
@@ -187,7 +189,7 @@ func apiPeer(p PeerConfig, localASN uint32, password string) *api.Peer {
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			HoldTime:          uint64(hold / time.Second),
 			KeepaliveInterval: uint64(keepalive / time.Second),
-			ConnectRetry:      uint64(durationOr(p.ConnectRetry, DefaultConnectRetry) / time.Second),
+			ConnectRetry:      uint64(agentv1.DurationOr(p.ConnectRetry, agentv1.DefaultConnectRetry) / time.Second),
 		}},
 		Transport: &api.Transport{RemotePort: uint32(p.Port), LocalAddress: p.SourceAddress},
 		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: family, Enabled: true}}},
@@ -200,7 +202,7 @@ func apiPeer(p PeerConfig, localASN uint32, password string) *api.Peer {
 
 // chooseRouterID is bgp.routerID, else the node's source address towards its first IPv4 peer,
 // else its first global IPv4 address.
-func chooseRouterID(cfg Config) (netip.Addr, error) {
+func chooseRouterID(cfg agentv1.BGPConfig) (netip.Addr, error) {
 	if cfg.RouterID != "" {
 		return netip.MustParseAddr(cfg.RouterID), nil
 	}
@@ -220,7 +222,7 @@ func chooseRouterID(cfg Config) (netip.Addr, error) {
 	}
 	skip := cfg.Interface
 	if skip == "" {
-		skip = DefaultInterface
+		skip = agentv1.DefaultInterface
 	}
 	a, err := firstGlobalIPv4(skip)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
@@ -141,12 +143,12 @@ func (r *testRouter) routes() map[string]string {
 	return out
 }
 
-func speakerConfig(routerPort int, routerASN uint32) Config {
-	return Config{
+func speakerConfig(routerPort int, routerASN uint32) agentv1.BGPConfig {
+	return agentv1.BGPConfig{
 		ASN:         64512,
 		RouterID:    "10.0.0.11",
 		Communities: []string{"65000:100"},
-		Peers: []PeerConfig{{
+		Peers: []agentv1.BGPPeer{{
 			Address: "127.0.0.1", ASN: routerASN, Port: uint16(routerPort), SourceAddress: "127.0.0.2",
 			HoldTime: &metav1.Duration{Duration: 3 * time.Second}, ConnectRetry: &metav1.Duration{Duration: time.Second},
 		}},

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
 	"github.com/go-logr/logr"
 	api "github.com/osrg/gobgp/v3/api"
 )
@@ -48,7 +50,7 @@ type peerTracker struct {
 	peers map[string]*PeerStatus
 }
 
-func newPeerTracker(log logr.Logger, m *metrics, peers []PeerConfig, now func() time.Time) *peerTracker {
+func newPeerTracker(log logr.Logger, m *metrics, peers []agentv1.BGPPeer, now func() time.Time) *peerTracker {
 	t := &peerTracker{log: log, metrics: m, now: now, peers: map[string]*PeerStatus{}}
 	for _, p := range peers {
 		addr := canonicalAddr(p.Address)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
@@ -44,7 +46,7 @@ connections finish up to drainTimeout; a second one closes them at once.`,
 			if fromSecret != "" {
 				return runFromSecret(ctx, force, log, fromSecret, name, kubeconfig, dir)
 			}
-			cfg, err := LoadGateway(configPath)
+			cfg, err := wgapi.LoadGateway(configPath)
 			if err != nil {
 				return err
 			}
@@ -84,7 +86,7 @@ Admin endpoints (admin.listen, default 127.0.0.1:7476): GET /status, /healthz; P
 (make-before-break key rotation).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
-			cfg, err := LoadMember(configPath)
+			cfg, err := wgapi.LoadMember(configPath)
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr"
 )
 
@@ -22,7 +24,7 @@ import (
 // userspace WireGuard tunnel. It never terminates TLS and holds no cluster key: clients verify the
 // cluster CA end to end.
 type Gateway struct {
-	cfg    *GatewayConfig
+	cfg    *wgapi.GatewayConfig
 	log    logr.Logger
 	prefix netip.Prefix
 	pub    Key
@@ -39,8 +41,8 @@ type Gateway struct {
 
 // NewGateway loads (or creates) the gateway key, brings the tunnel up and restores the members
 // from the static peers and the state file. Call Run to serve.
-func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
-	prefix, err := ParseTunnelPrefix(cfg.WireGuard.TunnelPrefix)
+func NewGateway(cfg *wgapi.GatewayConfig, log logr.Logger) (*Gateway, error) {
+	prefix, err := wgapi.ParseTunnelPrefix(cfg.WireGuard.TunnelPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard.tunnelPrefix: %w", err)
 	}
@@ -87,9 +89,9 @@ func NewGateway(cfg *GatewayConfig, log logr.Logger) (*Gateway, error) {
 
 // openGatewayTunnel brings the gateway's WireGuard device up on netstack, or on a TUN
 // interface whose filter lets in only the members' side of connections the gateway opened.
-func openGatewayTunnel(cfg *GatewayConfig, prefix netip.Prefix, priv Key, addr netip.Addr, log logr.Logger) (*Tunnel, *hostTUN, error) {
+func openGatewayTunnel(cfg *wgapi.GatewayConfig, prefix netip.Prefix, priv Key, addr netip.Addr, log logr.Logger) (*Tunnel, *hostTUN, error) {
 	w := cfg.WireGuard
-	if w.Device != DeviceTUN {
+	if w.Device != wgapi.DeviceTUN {
 		tun, err := OpenTunnel(priv, addr, w.ListenPort, w.MTU, log)
 		return tun, nil, err
 	}
@@ -147,13 +149,13 @@ func (g *Gateway) Run(ctx, force context.Context) error {
 		g.pool.quiescedNodes[n] = true
 	}
 	for _, p := range g.cfg.Peers {
-		k, _ := ParseKey(p.PublicKey)
+		k, _ := wgapi.ParseKey(p.PublicKey)
 		if err := g.addMember(p.Name, k, "", true); err != nil {
 			return err
 		}
 	}
 	for _, m := range st.Members {
-		k, err := ParseKey(m.PublicKey)
+		k, err := wgapi.ParseKey(m.PublicKey)
 		if err != nil {
 			continue
 		}
@@ -299,25 +301,17 @@ func (g *Gateway) Quiesce(node string, on bool) bool {
 	return found
 }
 
-// Status is the gateway's state as /status reports it.
-type Status struct {
-	Name          string         `json:"name"`
-	PublicKey     string         `json:"publicKey"`
-	TunnelAddress string         `json:"tunnelAddress"`
-	Members       []MemberStatus `json:"members"`
-}
-
-// Status reports every member with its connection count and health.
-func (g *Gateway) Status() Status {
+// wgapi.Status reports every member with its connection count and health.
+func (g *Gateway) Status() wgapi.Status {
 	ms := g.pool.status()
 	peers, _ := g.tun.Peers()
 	for i := range ms {
-		if k, err := ParseKey(ms[i].PublicKey); err == nil {
+		if k, err := wgapi.ParseKey(ms[i].PublicKey); err == nil {
 			ms[i].Endpoint = peers[k].Endpoint
 			ms[i].Handshake = peers[k].LastHandshake
 		}
 	}
-	return Status{Name: g.cfg.Name, PublicKey: g.pub.String(), TunnelAddress: g.tun.Addr.String(), Members: ms}
+	return wgapi.Status{Name: g.cfg.Name, PublicKey: g.pub.String(), TunnelAddress: g.tun.Addr.String(), Members: ms}
 }
 
 // healthLoop fetches the member's /readyz through the tunnel every interval.

@@ -11,20 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // Key is a WireGuard (Curve25519) key.
 type Key = wgtypes.Key
-
-// ParseKey reads a base64 key as `wg genkey` / `wg pubkey` print it.
-func ParseKey(s string) (Key, error) {
-	k, err := wgtypes.ParseKey(strings.TrimSpace(s))
-	if err != nil {
-		return Key{}, fmt.Errorf("not a WireGuard key (44 characters of base64, as `wg pubkey` prints): %w", err)
-	}
-	return k, nil
-}
 
 // hexKey is the form the UAPI (device.IpcSet) wants.
 func hexKey(k Key) string { return hex.EncodeToString(k[:]) }
@@ -56,7 +49,7 @@ func LoadKey(path string) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("read key: %w", err)
 	}
-	k, err := ParseKey(string(b))
+	k, err := wgapi.ParseKey(string(b))
 	if err != nil {
 		return Key{}, fmt.Errorf("key file %s: %w", path, err)
 	}

@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 
@@ -30,7 +34,7 @@ type loopLab struct {
 	dir    string
 	ca     *apiserver.CA
 	token  string
-	gwCfg  *GatewayConfig
+	gwCfg  *wgapi.GatewayConfig
 	gw     *Gateway
 	client *http.Client
 	url    string
@@ -73,13 +77,13 @@ func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(l.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := &GatewayConfig{Name: "gw-test", Listen: freeTCP(t),
-		WireGuard:    GatewayWireGuard{ListenPort: freeUDPPort(t), PrivateKeyFile: filepath.Join(dir, "gw", "gateway.key"), TunnelPrefix: prefix},
-		Registration: GatewayRegistration{Listen: freeTCP(t), TokenFile: filepath.Join(dir, "token")},
+	cfg := &wgapi.GatewayConfig{TypeMeta: wgapi.NewGateway().TypeMeta, Name: "gw-test", Listen: freeTCP(t),
+		WireGuard:    wgapi.GatewayWireGuard{ListenPort: freeUDPPort(t), PrivateKeyFile: filepath.Join(dir, "gw", "gateway.key"), TunnelPrefix: prefix},
+		Registration: wgapi.GatewayRegistration{Listen: freeTCP(t), TokenFile: filepath.Join(dir, "token")},
 		StateFile:    filepath.Join(dir, "gw", "state.json"),
-		Health:       GatewayHealth{CAFile: ca.File, Interval: Duration{50 * time.Millisecond}, Timeout: Duration{time.Second}},
-		DrainTimeout: Duration{2 * time.Second},
-		Admin:        AdminConfig{Listen: "0"},
+		Health:       wgapi.GatewayHealth{CAFile: ca.File, Interval: agentv1.Duration{Duration: 50 * time.Millisecond}, Timeout: agentv1.Duration{Duration: time.Second}},
+		DrainTimeout: agentv1.Duration{Duration: 2 * time.Second},
+		Admin:        wgapi.AdminConfig{Listen: "0"},
 	}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
@@ -144,10 +148,10 @@ type runningMember struct {
 
 func (l *loopLab) startMember(t *testing.T, node, upstream string) *runningMember {
 	t.Helper()
-	cfg := &MemberConfig{NodeName: node, PrivateKeyFile: filepath.Join(l.dir, node, "member.key"),
+	cfg := &wgapi.MemberConfig{TypeMeta: wgapi.NewMember().TypeMeta, NodeName: node, PrivateKeyFile: filepath.Join(l.dir, node, "member.key"),
 		TokenFile: filepath.Join(l.dir, "token"), Upstream: upstream,
-		Gateways:     []MemberGateway{{Endpoint: fmt.Sprintf("127.0.0.1:%d", l.gwCfg.WireGuard.ListenPort), Registration: l.gwCfg.Registration.Listen}},
-		DrainTimeout: Duration{2 * time.Second}, Admin: AdminConfig{Listen: "0"}, TunnelPrefix: l.gwCfg.WireGuard.TunnelPrefix}
+		Gateways:     []wgapi.MemberGateway{{Endpoint: fmt.Sprintf("127.0.0.1:%d", l.gwCfg.WireGuard.ListenPort), Registration: l.gwCfg.Registration.Listen}},
+		DrainTimeout: agentv1.Duration{Duration: 2 * time.Second}, Admin: wgapi.AdminConfig{Listen: "0"}, TunnelPrefix: l.gwCfg.WireGuard.TunnelPrefix}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -282,7 +286,7 @@ func TestLoopbackKeyRotationUnderLoadLosesNothing(t *testing.T) {
 	g.Expect(old).To(Equal(keyBefore.PublicKey()))
 	g.Expect(cur).NotTo(Equal(old))
 	// The old key drains and its peer goes away; the new key serves.
-	g.Eventually(func() []MemberStatus { return l.gw.Status().Members }, 10*time.Second, 50*time.Millisecond).
+	g.Eventually(func() []wgapi.MemberStatus { return l.gw.Status().Members }, 10*time.Second, 50*time.Millisecond).
 		ShouldNot(ContainElement(HaveField("PublicKey", old.String())))
 	g.Eventually(func() bool { return l.healthy("m1") }, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
 	time.Sleep(300 * time.Millisecond) // traffic on the new key before the load stops
@@ -299,7 +303,7 @@ func TestLoopbackRegistrationRefusesWrongToken(t *testing.T) {
 	l := startLoopLab(t)
 	priv, err := LoadOrCreateKey(filepath.Join(l.dir, "x", "k"))
 	g.Expect(err).NotTo(HaveOccurred())
-	prefix, _ := ParseTunnelPrefix(DefaultTunnelPrefix)
+	prefix, _ := wgapi.ParseTunnelPrefix(wgapi.DefaultTunnelPrefix)
 	_, err = Register(context.Background(), http.DefaultClient, l.gwCfg.Registration.Listen, []byte("not-the-cluster-token-at-all"),
 		"intruder", priv.PublicKey(), prefix, "")
 	g.Expect(err).To(MatchError(ContainSubstring("401")))

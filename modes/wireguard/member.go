@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -18,7 +20,7 @@ import (
 // works behind NAT), and forwards connections arriving through the tunnel to the local API
 // server. It needs no kubeconfig, so it can run before `kubeadm init`.
 type Member struct {
-	cfg    *MemberConfig
+	cfg    *wgapi.MemberConfig
 	log    logr.Logger
 	prefix netip.Prefix
 	token  []byte
@@ -36,7 +38,7 @@ type Member struct {
 }
 
 type gatewayView struct {
-	cfg        MemberGateway
+	cfg        wgapi.MemberGateway
 	publicKey  Key
 	address    netip.Addr
 	registered time.Time
@@ -44,8 +46,8 @@ type gatewayView struct {
 }
 
 // NewMember validates the files a member needs: its key (created on first start) and the token.
-func NewMember(cfg *MemberConfig, log logr.Logger) (*Member, error) {
-	prefix, err := ParseTunnelPrefix(cfg.TunnelPrefix)
+func NewMember(cfg *wgapi.MemberConfig, log logr.Logger) (*Member, error) {
+	prefix, err := wgapi.ParseTunnelPrefix(cfg.TunnelPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("tunnelPrefix: %w", err)
 	}
@@ -59,7 +61,7 @@ func NewMember(cfg *MemberConfig, log logr.Logger) (*Member, error) {
 	for _, g := range cfg.Gateways {
 		v := &gatewayView{cfg: g}
 		if g.PublicKey != "" {
-			v.publicKey, _ = ParseKey(g.PublicKey)
+			v.publicKey, _ = wgapi.ParseKey(g.PublicKey)
 			v.address = TunnelAddress(prefix, v.publicKey)
 		}
 		m.gwState[g.Endpoint] = v
@@ -75,7 +77,7 @@ func (m *Member) Run(ctx, force context.Context) error {
 	if err != nil {
 		return fmt.Errorf("privateKeyFile: %w", err)
 	}
-	if m.cfg.Device == DeviceTUN {
+	if m.cfg.Device == wgapi.DeviceTUN {
 		host, err := openHostTUN(m.cfg.DeviceName, m.prefix, m.cfg.MTU, m.log.WithName("tun"))
 		if err != nil {
 			return fmt.Errorf("device tun: %w", err)
@@ -106,7 +108,7 @@ func (m *Member) Run(ctx, force context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); m.registerLoop(ctx, g.Endpoint) }()
 	}
-	if m.cfg.Device == DeviceTUN {
+	if m.cfg.Device == wgapi.DeviceTUN {
 		wg.Add(1)
 		go func() { defer wg.Done(); m.watchAPIServerListener(ctx) }()
 	}
@@ -192,7 +194,7 @@ func (m *Member) registerGen(ctx context.Context, v *gatewayView, g *generation)
 		m.mu.Unlock()
 		return err
 	}
-	gk, _ := ParseKey(resp.GatewayPublicKey)
+	gk, _ := wgapi.ParseKey(resp.GatewayPublicKey)
 	first := v.publicKey != gk
 	if first && v.address.IsValid() {
 		m.log.Info("gateway key changed", "gateway", v.cfg.Endpoint, "old", v.publicKey.String(), "new", gk.String())
@@ -327,7 +329,7 @@ type GatewayView struct {
 	LastError     string    `json:"lastError,omitempty"`
 }
 
-// Status is the member's current state.
+// wgapi.Status is the member's current state.
 func (m *Member) Status() MemberState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -337,7 +339,7 @@ func (m *Member) Status() MemberState {
 	}
 	s.PublicKey, s.TunnelAddress = m.cur.pub.String(), m.cur.tun.Addr.String()
 	s.Open = m.cur.openConnections()
-	if m.cfg.Device == DeviceTUN {
+	if m.cfg.Device == wgapi.DeviceTUN {
 		ok := m.apiServerListening(m.cur.tun.Addr)
 		s.APIServerListening = &ok
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
 )
 
 // generation is one key with its tunnel: a rotation runs two side by side (make-before-break).
@@ -35,7 +37,7 @@ func (m *Member) openGeneration(priv Key) (*generation, error) {
 	addr := TunnelAddress(m.prefix, pub)
 	g := &generation{priv: priv, pub: pub, accepted: map[netip.Addr]int{}}
 	var err error
-	if m.cfg.Device == DeviceTUN {
+	if m.cfg.Device == wgapi.DeviceTUN {
 		err = m.openTUNGeneration(g, addr)
 	} else {
 		err = m.openNetstackGeneration(g, addr)

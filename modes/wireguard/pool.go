@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
 )
 
 // pool is the gateway's set of members (one entry per public key: a node rotating its key has two
@@ -191,27 +193,10 @@ func (p *pool) forget(handshakes map[Key]time.Time, cutoff, now time.Time) []*ba
 	return out
 }
 
-// MemberStatus is one member as /status reports it.
-type MemberStatus struct {
-	Node        string    `json:"node"`
-	PublicKey   string    `json:"publicKey"`
-	Address     string    `json:"address"`
-	Static      bool      `json:"static,omitempty"`
-	Healthy     bool      `json:"healthy"`
-	State       string    `json:"state"` // active, quiesced, draining
-	Connections int       `json:"connections"`
-	Served      uint64    `json:"served"`
-	DialFailed  uint64    `json:"dialFailed"`
-	LastError   string    `json:"lastError,omitempty"`
-	LastChecked time.Time `json:"lastChecked,omitzero"`
-	Endpoint    string    `json:"endpoint,omitempty"`
-	Handshake   time.Time `json:"lastHandshake,omitzero"`
-}
-
-func (p *pool) status() []MemberStatus {
+func (p *pool) status() []wgapi.MemberStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]MemberStatus, 0, len(p.backends))
+	out := make([]wgapi.MemberStatus, 0, len(p.backends))
 	for _, b := range p.backends {
 		state := "active"
 		switch {
@@ -220,7 +205,7 @@ func (p *pool) status() []MemberStatus {
 		case p.quiescedNodes[b.node]:
 			state = "quiesced"
 		}
-		out = append(out, MemberStatus{Node: b.node, PublicKey: b.pub.String(), Address: b.addr.String(), Static: b.static,
+		out = append(out, wgapi.MemberStatus{Node: b.node, PublicKey: b.pub.String(), Address: b.addr.String(), Static: b.static,
 			Healthy: b.healthy, State: state, Connections: len(b.conns), Served: b.served, DialFailed: b.failed,
 			LastError: b.lastErr, LastChecked: b.lastChecked})
 	}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
 )
 
 // Registration: a member proves it holds the cluster's join token, the gateway proves the same in
@@ -116,7 +118,7 @@ func RegistrationHandler(token []byte, reg Registrar, now func() time.Time) http
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return nil, Key{}, false
 		}
-		pub, err := ParseKey(req.PublicKey)
+		pub, err := wgapi.ParseKey(req.PublicKey)
 		if err != nil || req.Node == "" || len(req.Node) > 253 {
 			http.Error(w, "bad request: publicKey or node", http.StatusBadRequest)
 			return nil, Key{}, false
@@ -175,7 +177,7 @@ func Register(ctx context.Context, client *http.Client, addr string, token []byt
 	if want := TunnelAddress(prefix, pub).String(); resp.MemberAddress != want {
 		return nil, fmt.Errorf("gateway %s assigned %s, want %s (derived from the key)", resp.GatewayName, resp.MemberAddress, want)
 	}
-	gk, err := ParseKey(resp.GatewayPublicKey)
+	gk, err := wgapi.ParseKey(resp.GatewayPublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: public key: %w", resp.GatewayName, err)
 	}

@@ -12,23 +12,13 @@ import (
 	"slices"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
-
-// Keys of the gateways' Secret (<clusterName>-caplb-gateway) the manager renders for a wireguard
-// LoadBalancer (providers/wireguard), read here by `caplb gateway --from-secret`.
-const (
-	SecretTokenKey    = "join-token"
-	SecretCAKey       = "ca.crt"
-	SecretQuiescedKey = "quiesced.json"
-)
-
-// SecretGatewayKey is gateway name's configuration in the gateways' Secret.
-func SecretGatewayKey(name string) string { return "gateway-" + name + ".yaml" }
 
 // DefaultSyncInterval is how often a gateway reads its Secret and writes its report.
 const DefaultSyncInterval = 5 * time.Second
@@ -77,17 +67,17 @@ func (s *SecretSync) fetch(ctx context.Context) (quiesced []string, changed bool
 		return nil, false, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, s.Secret, err)
 	}
 	s.labels = sec.Labels
-	cfg, ok := sec.Data[SecretGatewayKey(s.Gateway)]
+	cfg, ok := sec.Data[wgapi.SecretGatewayKey(s.Gateway)]
 	if !ok {
 		return nil, false, fmt.Errorf("Secret %s/%s has no key %s: is %q listed in the LoadBalancer's spec.backend.wireguard.gateways?",
-			s.Namespace, s.Secret, SecretGatewayKey(s.Gateway), s.Gateway)
+			s.Namespace, s.Secret, wgapi.SecretGatewayKey(s.Gateway), s.Gateway)
 	}
-	if raw := sec.Data[SecretQuiescedKey]; len(raw) > 0 {
+	if raw := sec.Data[wgapi.SecretQuiescedKey]; len(raw) > 0 {
 		if err := json.Unmarshal(raw, &quiesced); err != nil {
-			return nil, false, fmt.Errorf("Secret %s/%s key %s: %w", s.Namespace, s.Secret, SecretQuiescedKey, err)
+			return nil, false, fmt.Errorf("Secret %s/%s key %s: %w", s.Namespace, s.Secret, wgapi.SecretQuiescedKey, err)
 		}
 	}
-	for name, data := range map[string][]byte{"gateway.yaml": cfg, SecretTokenKey: sec.Data[SecretTokenKey], SecretCAKey: sec.Data[SecretCAKey]} {
+	for name, data := range map[string][]byte{"gateway.yaml": cfg, wgapi.SecretTokenKey: sec.Data[wgapi.SecretTokenKey], wgapi.SecretCAKey: sec.Data[wgapi.SecretCAKey]} {
 		if len(data) == 0 {
 			continue
 		}
@@ -119,7 +109,7 @@ func (s *SecretSync) note(err error) {
 
 // Load returns the gateway configuration: fetched from the Secret, else the cached copy. It
 // waits (retrying every interval) while neither exists or the Cluster's CA is not there yet.
-func (s *SecretSync) Load(ctx context.Context) (*GatewayConfig, error) {
+func (s *SecretSync) Load(ctx context.Context) (*wgapi.GatewayConfig, error) {
 	for {
 		_, _, err := s.fetch(ctx)
 		s.note(err)
@@ -137,27 +127,27 @@ func (s *SecretSync) Load(ctx context.Context) (*GatewayConfig, error) {
 }
 
 // loadCached reads the cached configuration, with its files pointed into Dir.
-func (s *SecretSync) loadCached() (*GatewayConfig, error) {
+func (s *SecretSync) loadCached() (*wgapi.GatewayConfig, error) {
 	b, err := os.ReadFile(s.ConfigFile())
 	if err != nil {
 		return nil, fmt.Errorf("no cached configuration: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(s.Dir, SecretCAKey)); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("no %s yet: CAPI creates the Cluster's CA once the endpoint is published", SecretCAKey)
+	if _, err := os.Stat(filepath.Join(s.Dir, wgapi.SecretCAKey)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no %s yet: CAPI creates the Cluster's CA once the endpoint is published", wgapi.SecretCAKey)
 	}
-	var c GatewayConfig
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+	c, err := wgapi.DecodeGateway(b)
+	if err != nil {
 		return nil, fmt.Errorf("cached configuration %s: %w", s.ConfigFile(), err)
 	}
 	c.WireGuard.PrivateKeyFile = filepath.Join(s.Dir, "gateway.key")
 	c.StateFile = filepath.Join(s.Dir, "gateway-state.json")
-	c.Registration.TokenFile = filepath.Join(s.Dir, SecretTokenKey)
-	c.Health.CAFile = filepath.Join(s.Dir, SecretCAKey)
+	c.Registration.TokenFile = filepath.Join(s.Dir, wgapi.SecretTokenKey)
+	c.Health.CAFile = filepath.Join(s.Dir, wgapi.SecretCAKey)
 	c.Default()
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("cached configuration %s: %w", s.ConfigFile(), err)
 	}
-	return &c, nil
+	return c, nil
 }
 
 // Run keeps g in step with the Secret and reports until ctx ends.
@@ -218,12 +208,12 @@ func (s *SecretSync) report(ctx context.Context, g *Gateway) error {
 	cm, err := s.Client.GetConfigMap(ctx, s.Namespace, s.ReportName())
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.ReportName(), Labels: s.labels},
-			Data: map[string]string{ReportKey: string(b)}}
+			Data: map[string]string{wgapi.ReportKey: string(b)}}
 		return s.Client.CreateConfigMap(ctx, cm)
 	}
 	if err != nil {
 		return err
 	}
-	cm.Data = map[string]string{ReportKey: string(b)}
+	cm.Data = map[string]string{wgapi.ReportKey: string(b)}
 	return s.Client.UpdateConfigMap(ctx, cm)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -40,9 +42,9 @@ func TestSecretSyncLoadsCachesAndSurvivesAnUnreachableAPI(t *testing.T) {
 	g := NewWithT(t)
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-caplb-gateway"},
 		Data: map[string][]byte{
-			SecretGatewayKey("gw-1"): []byte(renderedGateway),
-			SecretTokenKey:           []byte("0123456789abcdef0123456789abcdef"),
-			SecretQuiescedKey:        []byte(`["n2"]`),
+			wgapi.SecretGatewayKey("gw-1"): []byte(renderedGateway),
+			wgapi.SecretTokenKey:           []byte("0123456789abcdef0123456789abcdef"),
+			wgapi.SecretQuiescedKey:        []byte(`["n2"]`),
 		}}
 	cs := fake.NewClientset(sec)
 	dir := t.TempDir()
@@ -55,18 +57,18 @@ func TestSecretSyncLoadsCachesAndSurvivesAnUnreachableAPI(t *testing.T) {
 	cancel()
 	g.Expect(err).To(MatchError(context.DeadlineExceeded))
 
-	sec.Data[SecretCAKey] = []byte("-----BEGIN CERTIFICATE-----\n")
+	sec.Data[wgapi.SecretCAKey] = []byte("-----BEGIN CERTIFICATE-----\n")
 	_, err = cs.CoreV1().Secrets("ns").Update(context.Background(), sec, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	cfg, err := s.Load(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.Name).To(Equal("gw-1"))
 	g.Expect(cfg.Listen).To(Equal(":7443"))
-	g.Expect(cfg.Registration.TokenFile).To(Equal(filepath.Join(dir, SecretTokenKey)))
-	g.Expect(cfg.Health.CAFile).To(Equal(filepath.Join(dir, SecretCAKey)))
+	g.Expect(cfg.Registration.TokenFile).To(Equal(filepath.Join(dir, wgapi.SecretTokenKey)))
+	g.Expect(cfg.Health.CAFile).To(Equal(filepath.Join(dir, wgapi.SecretCAKey)))
 	g.Expect(cfg.WireGuard.PrivateKeyFile).To(Equal(filepath.Join(dir, "gateway.key")))
 	g.Expect(cfg.StateFile).To(Equal(filepath.Join(dir, "gateway-state.json")))
-	for _, f := range []string{"gateway.yaml", SecretTokenKey, SecretCAKey} {
+	for _, f := range []string{"gateway.yaml", wgapi.SecretTokenKey, wgapi.SecretCAKey} {
 		st, err := os.Stat(filepath.Join(dir, f))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o600)), f)
@@ -88,7 +90,7 @@ func TestSecretSyncLoadsCachesAndSurvivesAnUnreachableAPI(t *testing.T) {
 func TestSecretSyncUnknownGateway(t *testing.T) {
 	g := NewWithT(t)
 	cs := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-caplb-gateway"},
-		Data: map[string][]byte{SecretGatewayKey("gw-1"): []byte(renderedGateway)}})
+		Data: map[string][]byte{wgapi.SecretGatewayKey("gw-1"): []byte(renderedGateway)}})
 	s := &SecretSync{Client: clientsetAPI{cs}, Namespace: "ns", Secret: "c-caplb-gateway", Gateway: "gw-9", Dir: t.TempDir(), Log: testr.New(t)}
 	_, _, err := s.fetch(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring(`is "gw-9" listed in the LoadBalancer's spec.backend.wireguard.gateways`)))

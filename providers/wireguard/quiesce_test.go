@@ -9,7 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	wg "github.com/caplb/caplb/modes/wireguard"
+	wg "github.com/caplb/caplb/api/wireguard/v1alpha1"
 	"github.com/caplb/caplb/providers"
 )
 

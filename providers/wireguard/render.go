@@ -7,10 +7,13 @@ import (
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	corev1 "k8s.io/api/core/v1"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	wg "github.com/caplb/caplb/modes/wireguard"
+	wg "github.com/caplb/caplb/api/wireguard/v1alpha1"
 	"github.com/caplb/caplb/providers/vip"
 )
 
@@ -71,12 +74,13 @@ func drainTimeout(lb *lbv1.LoadBalancer) time.Duration { return lb.Spec.Quiesce.
 func renderMember(lb *lbv1.LoadBalancer) wg.MemberConfig {
 	w := lb.Spec.Backend.WireGuard
 	c := wg.MemberConfig{
+		TypeMeta:            metav1.TypeMeta{APIVersion: wg.APIVersion, Kind: wg.MemberKind},
 		PrivateKeyFile:      path.Join(MemberKeyDir, "member.key"),
 		TokenFile:           MemberTokenPath,
 		TunnelPrefix:        w.Tunnel.EffectivePrefix(),
-		PersistentKeepalive: wg.Duration{Duration: w.EffectivePersistentKeepalive()},
+		PersistentKeepalive: agentv1.Duration{Duration: w.EffectivePersistentKeepalive()},
 		Upstream:            net.JoinHostPort("127.0.0.1", strconv.Itoa(int(lb.Spec.EffectiveTargetPort()))),
-		DrainTimeout:        wg.Duration{Duration: drainTimeout(lb)},
+		DrainTimeout:        agentv1.Duration{Duration: drainTimeout(lb)},
 		Device:              w.Device,
 	}
 	if w.Device == lbv1.WireGuardDeviceTUN {
@@ -107,8 +111,9 @@ func renderGateway(lb *lbv1.LoadBalancer, g lbv1.WireGuardGateway) wg.GatewayCon
 		memberPort = int(lb.Spec.EffectiveTargetPort())
 	}
 	return wg.GatewayConfig{
-		Name:   g.Name,
-		Listen: ":" + strconv.Itoa(int(lb.Spec.EffectivePort())),
+		TypeMeta: metav1.TypeMeta{APIVersion: wg.APIVersion, Kind: wg.GatewayKind},
+		Name:     g.Name,
+		Listen:   ":" + strconv.Itoa(int(lb.Spec.EffectivePort())),
 		WireGuard: wg.GatewayWireGuard{
 			ListenPort:     int(g.EffectivePort()),
 			PrivateKeyFile: path.Join(dir, "gateway.key"),
@@ -122,7 +127,7 @@ func renderGateway(lb *lbv1.LoadBalancer, g lbv1.WireGuardGateway) wg.GatewayCon
 		},
 		StateFile:    path.Join(dir, "gateway-state.json"),
 		Health:       h,
-		DrainTimeout: wg.Duration{Duration: drainTimeout(lb)},
+		DrainTimeout: agentv1.Duration{Duration: drainTimeout(lb)},
 		Admin:        wg.AdminConfig{Listen: net.JoinHostPort("127.0.0.1", port)},
 	}
 }

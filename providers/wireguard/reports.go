@@ -11,13 +11,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	wg "github.com/caplb/caplb/modes/wireguard"
+	wg "github.com/caplb/caplb/api/wireguard/v1alpha1"
 )
 
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
 // ReportConfigMapName is where gateway gw reports for lb: <clusterName>-caplb-gateway-<gw>, in
-// lb's namespace, key report.json (modes/wireguard.Report). The gateway writes it; the manager
+// lb's namespace, key report.json (api/wireguard/v1alpha1.Report). The gateway writes it; the manager
 // only reads it, so a gateway needs no more than get on its Secret and create/update on its own
 // ConfigMap, and keeps serving from its files when the management cluster is away.
 func ReportConfigMapName(lb *lbv1.LoadBalancer, gw string) string {

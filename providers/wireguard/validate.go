@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	wg "github.com/caplb/caplb/modes/wireguard"
+	wg "github.com/caplb/caplb/api/wireguard/v1alpha1"
 )
 
 // +kubebuilder:rbac:groups=loadbalancer.cluster.x-k8s.io,resources=loadbalancers,verbs=get;list;watch

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	wg "github.com/caplb/caplb/modes/wireguard"
+	wg "github.com/caplb/caplb/api/wireguard/v1alpha1"
 )
 
 const testKey = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="

@@ -19,7 +19,7 @@ import (
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	wg "github.com/caplb/caplb/modes/wireguard"
+	wg "github.com/caplb/caplb/api/wireguard/v1alpha1"
 	"github.com/caplb/caplb/providers"
 )
 

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/wireguard/apiserver"
 	"github.com/caplb/caplb/modes/wireguard"
@@ -357,8 +359,8 @@ func (w *Lab) FlushNAT(ctx context.Context) error {
 }
 
 // GatewayStatus reads a gateway's /status.
-func (w *Lab) GatewayStatus(g *Gateway) (wireguard.Status, error) {
-	var st wireguard.Status
+func (w *Lab) GatewayStatus(g *Gateway) (wgapi.Status, error) {
+	var st wgapi.Status
 	err := adminJSON(g.NS, http.MethodGet, "http://"+GWAdmin+"/status", &st)
 	return st, err
 }

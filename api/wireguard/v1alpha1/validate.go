@@ -1,4 +1,4 @@
-package wireguard
+package v1alpha1
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 )
 
 // errs collects field errors; each names its field and the fix.
@@ -19,6 +21,9 @@ func (e *errs) bad(field, format string, args ...any) {
 // Validate checks the configuration without I/O.
 func (c *GatewayConfig) Validate() error {
 	var e errs
+	if c.APIVersion != APIVersion || c.Kind != GatewayKind {
+		e.bad("apiVersion", "%q kind %q is not a gateway configuration; start the file with apiVersion: %s and kind: %s", c.APIVersion, c.Kind, APIVersion, GatewayKind)
+	}
 	if c.Name == "" {
 		e.bad("name", "is empty and the hostname is unknown; set name")
 	}
@@ -97,6 +102,9 @@ func (c *GatewayConfig) Validate() error {
 // Validate checks the configuration without I/O.
 func (c *MemberConfig) Validate() error {
 	var e errs
+	if c.APIVersion != APIVersion || c.Kind != MemberKind {
+		e.bad("apiVersion", "%q kind %q is not a member configuration; start the file with apiVersion: %s and kind: %s", c.APIVersion, c.Kind, APIVersion, MemberKind)
+	}
 	if c.NodeName == "" {
 		e.bad("nodeName", "is empty and the hostname is unknown; set nodeName")
 	}
@@ -196,7 +204,7 @@ func mtu(e *errs, field string, v int) {
 	}
 }
 
-func positive(e *errs, field string, d Duration) {
+func positive(e *errs, field string, d agentv1.Duration) {
 	if d.Duration <= 0 {
 		e.bad(field, "%v must be positive", d.Duration)
 	}
@@ -208,7 +216,7 @@ func atLeast1(e *errs, field string, v int) {
 	}
 }
 
-func def(d *Duration, v time.Duration) {
+func def(d *agentv1.Duration, v time.Duration) {
 	if d.Duration == 0 {
 		d.Duration = v
 	}

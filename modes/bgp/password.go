@@ -4,34 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
-
-	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 )
-
-// The configuration types and their validation live in api/agent/v1alpha1, shared by the manager
-// (which renders agent configurations) and the agent (which parses them).
-type (
-	// Config is the agent's `bgp:` section.
-	Config = agentv1.BGPConfig
-	// PeerConfig is one BGP neighbour.
-	PeerConfig = agentv1.BGPPeer
-)
-
-// Defaults, see api/agent/v1alpha1.
-const (
-	DefaultHoldTime      = agentv1.DefaultHoldTime
-	DefaultConnectRetry  = agentv1.DefaultConnectRetry
-	DefaultAddressLinger = agentv1.DefaultAddressLinger
-	DefaultInterface     = agentv1.DefaultInterface
-)
-
-var (
-	durationOr          = agentv1.DurationOr
-	parseCommunity      = agentv1.ParseCommunity
-	parseLargeCommunity = agentv1.ParseLargeCommunity
-)
-
-type largeCommunity = agentv1.LargeCommunity
 
 // readPassword reads a TCP-MD5 password file, refusing one that group or others can read: the
 // password protects every session of the fabric, and the file usually sits next to world-readable

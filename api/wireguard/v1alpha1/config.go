@@ -1,12 +1,15 @@
-package wireguard
+package v1alpha1
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 
 	"sigs.k8s.io/yaml"
 )
@@ -15,29 +18,10 @@ import (
 // the same on gateways and members so that both derive the same addresses from a public key.
 const DefaultTunnelPrefix = "fd63:6c62:7767::/64"
 
-// Duration is a time.Duration written as "200ms" in YAML.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON accepts a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"200ms\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration such as \"200ms\": %w", err)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON writes the Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
 // GatewayConfig is `caplb gateway --config` (YAML, strict). Zero values take the defaults
 // documented on each field and in config/wireguard/gateway.yaml.
 type GatewayConfig struct {
+	metav1.TypeMeta `json:",inline"`
 	// Name of this gateway (logs, status). Default: the hostname.
 	Name string `json:"name,omitempty"`
 	// Listen is the published API endpoint, a TCP host:port passed through to the members.
@@ -57,10 +41,10 @@ type GatewayConfig struct {
 	Health GatewayHealth `json:"health,omitempty"`
 	// DialTimeout for one connection attempt to a member through the tunnel; a failed attempt is
 	// retried on another member. Default 1s.
-	DialTimeout Duration `json:"dialTimeout,omitempty"`
+	DialTimeout agentv1.Duration `json:"dialTimeout,omitempty"`
 	// HedgeDelay: while a connection's dials are unanswered, every hedgeDelay one more member
 	// joins the race (the first to connect wins). Default 200ms; at most dialTimeout.
-	HedgeDelay Duration `json:"hedgeDelay,omitempty"`
+	HedgeDelay agentv1.Duration `json:"hedgeDelay,omitempty"`
 	// MaxProcs: how many threads run the gateway's Go code at once (GOMAXPROCS). Default 1: every
 	// packet crosses several goroutines (splice, netstack, WireGuard's queues), and on one thread
 	// each hand-off is a plain switch instead of a wake-up of another thread; measured, this cuts
@@ -69,10 +53,10 @@ type GatewayConfig struct {
 	MaxProcs int `json:"maxProcs,omitempty"`
 	// DrainTimeout: a quiesced or deregistered member's open connections are closed after this
 	// long. Default 30s.
-	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	DrainTimeout agentv1.Duration `json:"drainTimeout,omitempty"`
 	// ForgetAfter: a registered member neither re-registering (members do every 10s) nor
 	// handshaking for this long is removed (a node deleted without deregistering). Default 10m.
-	ForgetAfter Duration `json:"forgetAfter,omitempty"`
+	ForgetAfter agentv1.Duration `json:"forgetAfter,omitempty"`
 	// Peers are members known in advance (pre-shared keys instead of registration).
 	Peers []StaticPeer `json:"peers,omitempty"`
 	// Admin is the local HTTP listener (/status, /metrics, /healthz, quiesce). No
@@ -130,8 +114,8 @@ type GatewayHealth struct {
 	// InsecureSkipVerify must be said explicitly when no CAFile is given.
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 	// Interval between checks (default 250ms) and Timeout of one (default 1s).
-	Interval Duration `json:"interval,omitempty"`
-	Timeout  Duration `json:"timeout,omitempty"`
+	Interval agentv1.Duration `json:"interval,omitempty"`
+	Timeout  agentv1.Duration `json:"timeout,omitempty"`
 	// Rise consecutive successes make a member healthy (default 2); Fall consecutive failures
 	// make it unhealthy (default 3). A failed dial of a client connection counts as a fall at once.
 	Rise int `json:"rise,omitempty"`
@@ -151,6 +135,7 @@ type AdminConfig struct {
 
 // MemberConfig is `caplb-agent wireguard --config` on a control-plane node (YAML, strict).
 type MemberConfig struct {
+	metav1.TypeMeta `json:",inline"`
 	// NodeName identifies this member at the gateways. Default: the hostname.
 	NodeName string `json:"nodeName,omitempty"`
 	// PrivateKeyFile holds this node's key; generated on the node with mode 0600 when missing,
@@ -165,7 +150,7 @@ type MemberConfig struct {
 	Gateways []MemberGateway `json:"gateways"`
 	// PersistentKeepalive towards each gateway: it keeps NAT mappings alive and re-creates a
 	// flushed one within this interval. Default 1s.
-	PersistentKeepalive Duration `json:"persistentKeepalive,omitempty"`
+	PersistentKeepalive agentv1.Duration `json:"persistentKeepalive,omitempty"`
 	// TunnelPort the member serves on inside the tunnel. Default 6443.
 	TunnelPort int `json:"tunnelPort,omitempty"`
 	// Upstream is the local API server tunnel connections are forwarded to. Default
@@ -173,10 +158,10 @@ type MemberConfig struct {
 	Upstream string `json:"upstream,omitempty"`
 	// RegisterInterval: the member registers again this often, so that a gateway that lost its
 	// state learns it back. Default 10s.
-	RegisterInterval Duration `json:"registerInterval,omitempty"`
+	RegisterInterval agentv1.Duration `json:"registerInterval,omitempty"`
 	// DrainTimeout: on key rotation or shutdown, how long the old tunnel stays up for the
 	// connections the gateways are draining. Default 30s (the gateways' drainTimeout).
-	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	DrainTimeout agentv1.Duration `json:"drainTimeout,omitempty"`
 	// MTU of the tunnel. Default 1420.
 	MTU int `json:"mtu,omitempty"`
 	// Device carries the tunnel's connections: "netstack" (default: gVisor's TCP stack in the
@@ -224,14 +209,26 @@ func LoadGateway(path string) (*GatewayConfig, error) {
 
 // ParseGateway decodes strictly (unknown fields are errors), defaults and validates.
 func ParseGateway(data []byte) (*GatewayConfig, error) {
-	var c GatewayConfig
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
+	c, err := DecodeGateway(data)
+	if err != nil {
+		return nil, err
 	}
 	c.Default()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// DecodeGateway decodes strictly and reads a file of an older release (no apiVersion, no kind)
+// as this version, without defaulting or validating: for a caller that rewrites paths first
+// (the gateway's Secret sync) and then calls Default and Validate itself.
+func DecodeGateway(data []byte) (*GatewayConfig, error) {
+	var c GatewayConfig
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	c.TypeMeta = versioned(c.TypeMeta, GatewayKind)
 	return &c, nil
 }
 
@@ -254,6 +251,7 @@ func ParseMember(data []byte) (*MemberConfig, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
+	c.TypeMeta = versioned(c.TypeMeta, MemberKind)
 	c.Default()
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -352,4 +350,24 @@ func ParseTunnelPrefix(s string) (netip.Prefix, error) {
 		return p, fmt.Errorf("%q: an IPv6 tunnel prefix must be /48 to /112", s)
 	}
 	return p, nil
+}
+
+// NewGateway returns an empty gateway configuration with apiVersion and kind set, for code that
+// builds one.
+func NewGateway() GatewayConfig {
+	return GatewayConfig{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: GatewayKind}}
+}
+
+// NewMember returns an empty member configuration with apiVersion and kind set.
+func NewMember() MemberConfig {
+	return MemberConfig{TypeMeta: metav1.TypeMeta{APIVersion: APIVersion, Kind: MemberKind}}
+}
+
+// versioned reads a file with neither apiVersion nor kind (written by caplb v0.1, before the
+// schema was versioned) as this version of kind; anything else is left for Validate to check.
+func versioned(tm metav1.TypeMeta, kind string) metav1.TypeMeta {
+	if tm.APIVersion == "" && tm.Kind == "" {
+		return metav1.TypeMeta{APIVersion: APIVersion, Kind: kind}
+	}
+	return tm
 }
