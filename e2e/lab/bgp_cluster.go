@@ -17,6 +17,7 @@ import (
 	"time"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/testpki"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -49,7 +50,7 @@ type BGPCluster struct {
 	VIPs    []netip.Addr
 	Port    int
 	opts    BGPClusterOptions
-	pki     PKI
+	pki     testpki.PKI
 }
 
 // BGPMember is one node's processes.
@@ -100,7 +101,7 @@ func StartBGPCluster(l *Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 	for _, v := range opts.VIPs {
 		hosts = append(hosts, v.String())
 	}
-	pki, err := WriteTestPKI(l.Dir(), hosts...)
+	pki, err := testpki.WriteTestPKI(l.Dir(), hosts...)
 	if err != nil {
 		return nil, err
 	}

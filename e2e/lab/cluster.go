@@ -18,6 +18,7 @@ import (
 	"time"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/testpki"
 
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/yaml"
@@ -76,7 +77,7 @@ type Cluster struct {
 	Client *Netns
 	Nodes  []*Node
 	VIPs   []netip.Addr
-	PKI    PKI
+	PKI    testpki.PKI
 	// GossipKey is the key file every agent uses (mode 0600).
 	GossipKey string
 	opts      ClusterOptions
@@ -117,7 +118,7 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 	for _, v := range c.VIPs {
 		hosts = append(hosts, v.String())
 	}
-	if c.PKI, err = WriteTestPKI(l.Dir(), hosts...); err != nil {
+	if c.PKI, err = testpki.WriteTestPKI(l.Dir(), hosts...); err != nil {
 		return nil, err
 	}
 	if c.GossipKey, err = WriteGossipKey(filepath.Join(l.Dir(), "gossip.key")); err != nil {

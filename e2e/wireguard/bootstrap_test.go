@@ -27,6 +27,7 @@ import (
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lifecycle"
+	"github.com/caplb/caplb/e2e/testpki"
 	"github.com/caplb/caplb/e2e/wireguard/wglab"
 	wgp "github.com/caplb/caplb/providers/wireguard"
 )
@@ -66,7 +67,7 @@ func TestBootstrapFromSecretsBehindNAT(t *testing.T) {
 	l := lab.NewT(t, "wgn")
 	w, err := wglab.Network(l, 3)
 	g.Expect(err).NotTo(HaveOccurred())
-	ca, err := lab.NewCA(l.Dir())
+	ca, err := testpki.NewCA(l.Dir())
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// The management cluster.

@@ -29,7 +29,7 @@ func measurePath(w *wglab.Lab, res *Result) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	cert, key, err := w.CA.APIServerCert(dir, "direct", gw.Addr.AsSlice())
+	cert, key, err := w.CA.IssueServing(dir, "direct", "direct", gw.Addr.String())
 	if err != nil {
 		return err
 	}
