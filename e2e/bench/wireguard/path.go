@@ -34,7 +34,7 @@ func measurePath(w *wglab.Lab, res *Result) error {
 		return err
 	}
 	direct := net.JoinHostPort(gw.Addr.String(), "7443")
-	if _, err := gw.NS.Start("direct-apiserver", []string{w.Bins.Standin, "-name", "direct", "-listen", direct,
+	if _, err := gw.NS.Start("direct-apiserver", []string{w.Bins.Standin, "-name", "direct", "-api-listen", direct,
 		"-cert", cert, "-key", key}, nil); err != nil {
 		return err
 	}
