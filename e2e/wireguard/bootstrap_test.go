@@ -28,7 +28,7 @@ import (
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lifecycle"
 	"github.com/caplb/caplb/e2e/testpki"
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 	wgp "github.com/caplb/caplb/providers/wireguard"
 )
 

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // config is one run of the benchmark, as the flags set it.
@@ -123,7 +124,7 @@ func run(cfg config) error {
 
 	caplb := &daemonRun{summaries: map[string]summary{}}
 	if cfg.withCaplb {
-		caplb, err = runDaemon("benchArp", lab.ClusterOptions{AgentBinary: agentBin, StandinBinary: standinBin},
+		caplb, err = runDaemon("benchArp", arplab.ClusterOptions{AgentBinary: agentBin, StandinBinary: standinBin},
 			func(b *bench) (daemon, error) { return caplbDaemon{b: b}, nil }, cfg)
 		if err != nil {
 			return err
@@ -132,7 +133,7 @@ func run(cfg config) error {
 	var ka *daemonRun
 	if kaBin != "" {
 		fmt.Printf("\npeer: %s (VRRPv3, advert_int 0.1, nopreempt), same lab, same client\n", kaVersion)
-		ka, err = runDaemon("benchArpKa", lab.ClusterOptions{StandinBinary: standinBin, NoAgents: true},
+		ka, err = runDaemon("benchArpKa", arplab.ClusterOptions{StandinBinary: standinBin, NoAgents: true},
 			func(b *bench) (daemon, error) { return newKeepalived(b.c, kaBin) }, cfg)
 		if err != nil {
 			return fmt.Errorf("keepalived: %w", err)
@@ -219,14 +220,14 @@ func ratio(a, b float64) float64 {
 
 // runDaemon builds a lab named labName, starts the daemon on every node and
 // runs every scenario on it.
-func runDaemon(labName string, opts lab.ClusterOptions, mk func(*bench) (daemon, error), cfg config) (*daemonRun, error) {
+func runDaemon(labName string, opts arplab.ClusterOptions, mk func(*bench) (daemon, error), cfg config) (*daemonRun, error) {
 	trials, scenarios, interval, verbose := cfg.trials, cfg.scenarios, cfg.interval, cfg.verbose
 	l, err := lab.New(labName)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	c, err := lab.StartCluster(l, opts)
+	c, err := arplab.StartCluster(l, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +235,7 @@ func runDaemon(labName string, opts lab.ClusterOptions, mk func(*bench) (daemon,
 	if b.d, err = mk(b); err != nil {
 		return nil, err
 	}
-	b.rec = startRecorder(c, lab.VIPv4, interval, 250*time.Millisecond)
+	b.rec = startRecorder(c, arplab.VIPv4, interval, 250*time.Millisecond)
 	defer b.rec.close()
 	if verbose {
 		macs := map[string]string{}

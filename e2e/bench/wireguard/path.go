@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 )
 
 // measurePath compares the gateway path with a direct one: the same stand-in API server run on
