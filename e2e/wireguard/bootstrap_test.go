@@ -26,9 +26,9 @@ import (
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 	"github.com/caplb/caplb/e2e/lifecycle"
 	"github.com/caplb/caplb/e2e/testpki"
-	"github.com/caplb/caplb/e2e/lab/wglab"
 	wgp "github.com/caplb/caplb/providers/wireguard"
 )
 
