@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // TestFailover injects each fault on the owner of one three-node cluster and
@@ -22,41 +23,41 @@ import (
 // without moving the VIP back (no flapping on rejoin), and that outside
 // bounded transition windows exactly one node holds the VIP throughout.
 func TestFailover(t *testing.T) {
-	c, _ := startCluster(t, "arpfail", lab.ClusterOptions{})
-	s := newOwnerSampler(c, lab.VIPv4)
+	c, _ := startCluster(t, "arpfail", arplab.ClusterOptions{})
+	s := newOwnerSampler(c, arplab.VIPv4)
 	defer s.check(t)
 
 	cases := []struct {
 		name string
 		// fault breaks the owner and returns its repair.
-		fault func(t *testing.T, owner *lab.Node) (repair func())
+		fault func(t *testing.T, owner *arplab.Node) (repair func())
 		// staleUntilRepair: the faulty node keeps the VIP in its kernel
 		// until repaired (SIGKILL: nothing can clean up until the restart).
 		staleUntilRepair bool
 	}{
-		{name: "sigkill", staleUntilRepair: true, fault: func(t *testing.T, o *lab.Node) func() {
+		{name: "sigkill", staleUntilRepair: true, fault: func(t *testing.T, o *arplab.Node) func() {
 			must(t, o.Agent.Signal(syscall.SIGKILL))
 			return func() {
 				_ = o.Agent.Wait(5 * time.Second)
 				must(t, c.StartAgent(o))
 			}
 		}},
-		{name: "health failure", fault: func(t *testing.T, o *lab.Node) func() {
+		{name: "health failure", fault: func(t *testing.T, o *arplab.Node) func() {
 			must(t, o.SetHealthy(false))
 			return func() { must(t, o.SetHealthy(true)) }
 		}},
-		{name: "link cut", fault: func(t *testing.T, o *lab.Node) func() {
+		{name: "link cut", fault: func(t *testing.T, o *arplab.Node) func() {
 			must(t, c.Cut(o))
 			return func() { must(t, c.Restore(o)) }
 		}},
-		{name: "partition", fault: func(t *testing.T, o *lab.Node) func() {
+		{name: "partition", fault: func(t *testing.T, o *arplab.Node) func() {
 			must(t, c.Isolate(o))
 			return func() { must(t, c.Heal()) }
 		}},
-		{name: "slow network", fault: func(t *testing.T, o *lab.Node) func() {
+		{name: "slow network", fault: func(t *testing.T, o *arplab.Node) func() {
 			// 400 ms each way on the owner's port: far beyond the probe
 			// timeout, so the others declare it dead and it loses quorum.
-			im, err := c.Lab.Impair(c.Switch, lab.Bridge, o.Port, lab.Netem{Delay: 400 * time.Millisecond})
+			im, err := c.Lab.Impair(c.Switch, arplab.Bridge, o.Port, lab.Netem{Delay: 400 * time.Millisecond})
 			must(t, err)
 			return func() { must(t, im.Close()) }
 		}},
@@ -72,11 +73,11 @@ func TestFailover(t *testing.T) {
 			}
 			repair := tc.fault(t, owner)
 
-			var next *lab.Node
+			var next *arplab.Node
 			if tc.staleUntilRepair {
 				next = waitClientReachesOther(t, c, owner, 10*time.Second)
 			} else {
-				next = waitSingleOwner(t, c, []*lab.Node{owner}, 10*time.Second)
+				next = waitSingleOwner(t, c, []*arplab.Node{owner}, 10*time.Second)
 			}
 			g.Expect(next.Name).NotTo(Equal(owner.Name))
 
@@ -93,9 +94,9 @@ func TestFailover(t *testing.T) {
 // TestMinorityNeverClaims isolates members and checks that a node seeing
 // fewer than a majority never holds the VIP, and releases it if it did.
 func TestMinorityNeverClaims(t *testing.T) {
-	c, owner := startCluster(t, "arpminor", lab.ClusterOptions{})
+	c, owner := startCluster(t, "arpminor", arplab.ClusterOptions{})
 	g := NewWithT(t)
-	var backup *lab.Node
+	var backup *arplab.Node
 	for _, n := range c.Nodes {
 		if n != owner {
 			backup = n
@@ -111,22 +112,22 @@ func TestMinorityNeverClaims(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(st.Members[idx(c, backup)].Alive).To(BeFalse())
 	}, 10*time.Second, 50*time.Millisecond).Should(Succeed(), "the owner notices the isolated backup")
-	g.Consistently(func() []string { return holdersNow(t, c, lab.VIPv4) }, 3*time.Second, 20*time.Millisecond).
+	g.Consistently(func() []string { return holdersNow(t, c, arplab.VIPv4) }, 3*time.Second, 20*time.Millisecond).
 		Should(Equal([]string{owner.Name}))
 	must(t, c.Heal())
 	waitAllSeeAll(t, c)
 
 	// Two of three agents stop: the survivor (the owner) is a minority of
 	// one and must release; it never claims while alone.
-	var others []*lab.Node
+	var others []*arplab.Node
 	for _, n := range c.Nodes {
 		if n != owner {
 			others = append(others, n)
 			must(t, n.Agent.Stop(10*time.Second))
 		}
 	}
-	g.Eventually(func() []string { return holdersNow(t, c, lab.VIPv4) }, 10*time.Second, 20*time.Millisecond).Should(BeEmpty())
-	g.Consistently(func() []string { return holdersNow(t, c, lab.VIPv4) }, 2*time.Second, 20*time.Millisecond).Should(BeEmpty())
+	g.Eventually(func() []string { return holdersNow(t, c, arplab.VIPv4) }, 10*time.Second, 20*time.Millisecond).Should(BeEmpty())
+	g.Consistently(func() []string { return holdersNow(t, c, arplab.VIPv4) }, 2*time.Second, 20*time.Millisecond).Should(BeEmpty())
 	st := status(t, owner)
 	g.Expect(st.Quorum).To(BeFalse())
 	g.Expect(st.MembersSeen).To(Equal(1))
@@ -151,7 +152,7 @@ func TestNobodyHealthy(t *testing.T) {
 		{"failOpen false releases", "arpunhl2", new(false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, owner := startCluster(t, tc.lab, lab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
+			c, owner := startCluster(t, tc.lab, arplab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
 				cfg.Election.FailOpen = tc.failOpen
 			}})
 			g := NewWithT(t)
@@ -163,23 +164,23 @@ func TestNobodyHealthy(t *testing.T) {
 			if tc.failOpen == nil {
 				want = []string{owner.Name}
 			}
-			g.Eventually(func() []string { return holdersNow(t, c, lab.VIPv4) }, 10*time.Second, 20*time.Millisecond).Should(ConsistOf(want))
-			g.Consistently(func() []string { return holdersNow(t, c, lab.VIPv4) }, time.Second, 20*time.Millisecond).Should(ConsistOf(want))
+			g.Eventually(func() []string { return holdersNow(t, c, arplab.VIPv4) }, 10*time.Second, 20*time.Millisecond).Should(ConsistOf(want))
+			g.Consistently(func() []string { return holdersNow(t, c, arplab.VIPv4) }, time.Second, 20*time.Millisecond).Should(ConsistOf(want))
 
-			var last *lab.Node
+			var last *arplab.Node
 			for _, n := range c.Nodes {
 				if n != owner {
 					last = n
 				}
 			}
 			must(t, last.SetHealthy(true))
-			got := waitSingleOwner(t, c, []*lab.Node{owner}, 10*time.Second)
+			got := waitSingleOwner(t, c, []*arplab.Node{owner}, 10*time.Second)
 			g.Expect(got.Name).To(Equal(last.Name), "the only healthy node owns the VIP")
 		})
 	}
 }
 
-func waitAllSeeAll(t *testing.T, c *lab.Cluster) {
+func waitAllSeeAll(t *testing.T, c *arplab.Cluster) {
 	t.Helper()
 	NewWithT(t).Eventually(func(g Gomega) {
 		for _, n := range c.Nodes {
@@ -195,22 +196,22 @@ func waitAllSeeAll(t *testing.T, c *lab.Cluster) {
 
 // waitClientReachesOther waits until the client's connects land on a node
 // other than old, and that node holds the VIP.
-func waitClientReachesOther(t *testing.T, c *lab.Cluster, old *lab.Node, timeout time.Duration) *lab.Node {
+func waitClientReachesOther(t *testing.T, c *arplab.Cluster, old *arplab.Node, timeout time.Duration) *arplab.Node {
 	t.Helper()
 	var who string
 	NewWithT(t).Eventually(func(g Gomega) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		var err error
-		who, err = c.Connect(ctx, lab.VIPv4)
+		who, err = c.Connect(ctx, arplab.VIPv4)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(who).NotTo(Equal(old.Name))
-		g.Expect(holdersNow(t, c, lab.VIPv4)).To(ContainElement(who))
+		g.Expect(holdersNow(t, c, arplab.VIPv4)).To(ContainElement(who))
 	}, timeout, 20*time.Millisecond).Should(Succeed())
 	return c.Node(who)
 }
 
-func idx(c *lab.Cluster, n *lab.Node) int { return slices.Index(c.Nodes, n) }
+func idx(c *arplab.Cluster, n *arplab.Node) int { return slices.Index(c.Nodes, n) }
 
 func must(t *testing.T, err error) {
 	t.Helper()

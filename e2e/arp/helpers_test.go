@@ -12,16 +12,17 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 	"github.com/caplb/caplb/modes/agent"
 )
 
 // startCluster builds a lab named name with opts and waits until exactly one
 // node holds every VIP; it returns the cluster and the owner.
-func startCluster(t *testing.T, name string, opts lab.ClusterOptions) (*lab.Cluster, *lab.Node) {
+func startCluster(t *testing.T, name string, opts arplab.ClusterOptions) (*arplab.Cluster, *arplab.Node) {
 	t.Helper()
 	l := lab.NewT(t, name)
 	opts.AgentBinary, opts.StandinBinary = bins.agent, bins.standin
-	c, err := lab.StartCluster(l, opts)
+	c, err := arplab.StartCluster(l, opts)
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
@@ -32,7 +33,7 @@ func startCluster(t *testing.T, name string, opts lab.ClusterOptions) (*lab.Clus
 // waitSingleOwner waits until exactly one node (not in exclude) holds every
 // VIP in its kernel, the client reaches it through each VIP, and it stays the
 // only holder for a few samples.
-func waitSingleOwner(t *testing.T, c *lab.Cluster, exclude []*lab.Node, timeout time.Duration) *lab.Node {
+func waitSingleOwner(t *testing.T, c *arplab.Cluster, exclude []*arplab.Node, timeout time.Duration) *arplab.Node {
 	t.Helper()
 	g := NewWithT(t)
 	var owner string
@@ -61,7 +62,7 @@ func waitSingleOwner(t *testing.T, c *lab.Cluster, exclude []*lab.Node, timeout 
 }
 
 // holdersNow lists the current holders of vip (kernel truth).
-func holdersNow(t *testing.T, c *lab.Cluster, vip netip.Addr) []string {
+func holdersNow(t *testing.T, c *arplab.Cluster, vip netip.Addr) []string {
 	t.Helper()
 	h, err := c.Holders(vip)
 	if err != nil {
@@ -70,7 +71,7 @@ func holdersNow(t *testing.T, c *lab.Cluster, vip netip.Addr) []string {
 	return h
 }
 
-func status(t *testing.T, n *lab.Node) agent.Status {
+func status(t *testing.T, n *arplab.Node) agent.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // transitionWindow bounds how long after a fault (or its repair) the VIP may
@@ -24,7 +24,7 @@ const transitionWindow = 2 * time.Second
 // bounded transition window": it samples the nodes' kernels every 10ms and
 // remembers the instants at which the test disturbed the cluster.
 type ownerSampler struct {
-	c    *lab.Cluster
+	c    *arplab.Cluster
 	vip  netip.Addr
 	stop chan struct{}
 	done chan struct{}
@@ -57,7 +57,7 @@ type event struct {
 	what string
 }
 
-func newOwnerSampler(c *lab.Cluster, vip netip.Addr) *ownerSampler {
+func newOwnerSampler(c *arplab.Cluster, vip netip.Addr) *ownerSampler {
 	s := &ownerSampler{c: c, vip: vip, stop: make(chan struct{}), done: make(chan struct{}), stale: map[string]bool{}}
 	go func() {
 		defer close(s.done)

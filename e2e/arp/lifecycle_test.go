@@ -16,10 +16,9 @@ import (
 	"time"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 
 	. "github.com/onsi/gomega"
-
-	"github.com/caplb/caplb/e2e/lab"
 )
 
 // TestVIPComesUpWithoutKubernetes: three agents and three stand-in API
@@ -27,7 +26,7 @@ import (
 // VIP, the client reaches it through both, every agent agrees on the owner,
 // and the admin endpoints explain it.
 func TestVIPComesUpWithoutKubernetes(t *testing.T) {
-	c, owner := startCluster(t, "arpup", lab.ClusterOptions{IPv6: true})
+	c, owner := startCluster(t, "arpup", arplab.ClusterOptions{IPv6: true})
 	g := NewWithT(t)
 	ctx := context.Background()
 	for _, n := range c.Nodes {
@@ -38,7 +37,7 @@ func TestVIPComesUpWithoutKubernetes(t *testing.T) {
 		g.Expect(s.ConfigMismatch).To(BeEmpty())
 		if n == owner {
 			g.Expect(s.Role).To(Equal("owner"))
-			g.Expect(s.Dataplane.Held).To(ConsistOf(lab.VIPv4, lab.VIPv6))
+			g.Expect(s.Dataplane.Held).To(ConsistOf(arplab.VIPv4, arplab.VIPv6))
 		} else {
 			g.Expect(s.Role).To(Equal("backup"))
 		}
@@ -62,7 +61,7 @@ func TestVIPComesUpWithoutKubernetes(t *testing.T) {
 // Then SIGTERM on the new owner does the same and the process exits with the
 // VIP removed.
 func TestGracefulHandover(t *testing.T) {
-	c, owner := startCluster(t, "arpgrace", lab.ClusterOptions{})
+	c, owner := startCluster(t, "arpgrace", arplab.ClusterOptions{})
 	g := NewWithT(t)
 	ctx := context.Background()
 	probe := startProbe(c)
@@ -70,21 +69,21 @@ func TestGracefulHandover(t *testing.T) {
 	code, err := owner.Admin(ctx, "POST", "/quiesce")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(code).To(Equal(202))
-	next := waitSingleOwner(t, c, []*lab.Node{owner}, 10*time.Second)
+	next := waitSingleOwner(t, c, []*arplab.Node{owner}, 10*time.Second)
 	g.Expect(status(t, owner).Quiescing).To(BeTrue())
-	g.Consistently(func() []string { return holdersNow(t, c, lab.VIPv4) }, time.Second, 20*time.Millisecond).
+	g.Consistently(func() []string { return holdersNow(t, c, arplab.VIPv4) }, time.Second, 20*time.Millisecond).
 		Should(Equal([]string{next.Name}), "the quiesced node stays out")
 	code, err = owner.Admin(ctx, "DELETE", "/quiesce")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(code).To(Equal(202))
 	g.Eventually(func() bool { return status(t, owner).Eligible }, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
-	g.Expect(holdersNow(t, c, lab.VIPv4)).To(Equal([]string{next.Name}), "no preemption")
+	g.Expect(holdersNow(t, c, arplab.VIPv4)).To(Equal([]string{next.Name}), "no preemption")
 
 	must(t, next.Agent.Signal(syscall.SIGTERM))
 	g.Expect(next.Agent.Wait(15*time.Second)).To(Succeed(), "exit status 0 after the hand-over")
-	third := waitSingleOwner(t, c, []*lab.Node{next}, 10*time.Second)
+	third := waitSingleOwner(t, c, []*arplab.Node{next}, 10*time.Second)
 	g.Expect(third.Name).NotTo(Equal(next.Name))
-	held, err := next.HoldsVIP(lab.VIPv4)
+	held, err := next.HoldsVIP(arplab.VIPv4)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(held).To(BeFalse(), "the VIP does not survive the agent's exit")
 
@@ -105,14 +104,14 @@ func TestGracefulHandover(t *testing.T) {
 func TestHandoverKeepsEstablished(t *testing.T) {
 	// A long drain so that the checks below fit in it comfortably.
 	const drain = 3 * time.Second
-	c, owner := startCluster(t, "arpestab", lab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
+	c, owner := startCluster(t, "arpestab", arplab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
 		cfg.Quiesce.Drain = agentv1.Duration{Duration: drain}
 	}})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	conn, err := c.Client.DialContext(ctx, "tcp", net.JoinHostPort(lab.VIPv4.String(), strconv.Itoa(lab.EchoPort)))
+	conn, err := c.Client.DialContext(ctx, "tcp", net.JoinHostPort(arplab.VIPv4.String(), strconv.Itoa(arplab.EchoPort)))
 	g.Expect(err).NotTo(HaveOccurred())
 	defer conn.Close()
 	g.Expect(conn.SetDeadline(time.Now().Add(20 * time.Second))).To(Succeed())
@@ -137,13 +136,13 @@ func TestHandoverKeepsEstablished(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer ccancel()
-		who, err := c.Connect(cctx, lab.VIPv4)
+		who, err := c.Connect(cctx, arplab.VIPv4)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(who).NotTo(Equal(owner.Name))
 		next = who
 	}, 5*time.Second, 10*time.Millisecond).Should(Succeed())
 	g.Expect(exchange("during")).To(Equal(owner.Name+": during"), "the old owner still serves its connection")
-	g.Expect(holdersNow(t, c, lab.VIPv4)).To(ContainElements(owner.Name, next), "checked within the drain")
+	g.Expect(holdersNow(t, c, arplab.VIPv4)).To(ContainElements(owner.Name, next), "checked within the drain")
 }
 
 // TestExitRemovesVIP: a second signal exits at once without hand-over, and
@@ -151,41 +150,41 @@ func TestHandoverKeepsEstablished(t *testing.T) {
 // the hand-over timeout and exits; SIGKILL leaves the address, and the next
 // start removes it before anything else.
 func TestExitRemovesVIP(t *testing.T) {
-	c, owner := startCluster(t, "arpexit", lab.ClusterOptions{})
+	c, owner := startCluster(t, "arpexit", arplab.ClusterOptions{})
 	g := NewWithT(t)
 
 	must(t, owner.Agent.Signal(syscall.SIGINT))
 	must(t, owner.Agent.Signal(syscall.SIGINT))
 	g.Expect(owner.Agent.Wait(10 * time.Second)).To(Succeed())
-	held, err := owner.HoldsVIP(lab.VIPv4)
+	held, err := owner.HoldsVIP(arplab.VIPv4)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(held).To(BeFalse(), "forced exit still removes the VIP")
-	next := waitSingleOwner(t, c, []*lab.Node{owner}, 10*time.Second)
+	next := waitSingleOwner(t, c, []*arplab.Node{owner}, 10*time.Second)
 
 	must(t, next.Agent.Signal(syscall.SIGKILL))
 	_ = next.Agent.Wait(5 * time.Second)
-	held, err = next.HoldsVIP(lab.VIPv4)
+	held, err = next.HoldsVIP(arplab.VIPv4)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(held).To(BeTrue(), "SIGKILL cannot clean up")
 	must(t, c.StartAgent(next))
-	g.Eventually(func() (bool, error) { return next.HoldsVIP(lab.VIPv4) }, 10*time.Second, 20*time.Millisecond).
+	g.Eventually(func() (bool, error) { return next.HoldsVIP(arplab.VIPv4) }, 10*time.Second, 20*time.Millisecond).
 		Should(BeFalse(), "the restarted agent removes the stale VIP")
 }
 
 // TestSingleMember: a one-member configuration owns the VIP alone and, on
 // SIGTERM with nobody to hand over to, releases it and exits.
 func TestSingleMember(t *testing.T) {
-	c, owner := startCluster(t, "arpsingle", lab.ClusterOptions{Nodes: 1})
+	c, owner := startCluster(t, "arpsingle", arplab.ClusterOptions{Nodes: 1})
 	g := NewWithT(t)
 	g.Expect(status(t, owner).MembersConfigured).To(Equal(1))
 	must(t, owner.Agent.Signal(syscall.SIGTERM))
 	g.Expect(owner.Agent.Wait(15 * time.Second)).To(Succeed())
-	g.Expect(holdersNow(t, c, lab.VIPv4)).To(BeEmpty())
+	g.Expect(holdersNow(t, c, arplab.VIPv4)).To(BeEmpty())
 }
 
 // probe connects to the VIP every 5ms from the client and records failures.
 type probe struct {
-	c      *lab.Cluster
+	c      *arplab.Cluster
 	halt   chan struct{}
 	wg     sync.WaitGroup
 	ok     atomic.Int64
@@ -193,7 +192,7 @@ type probe struct {
 	failed []string
 }
 
-func startProbe(c *lab.Cluster) *probe {
+func startProbe(c *arplab.Cluster) *probe {
 	p := &probe{c: c, halt: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
@@ -211,7 +210,7 @@ func startProbe(c *lab.Cluster) *probe {
 				defer p.wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
-				if _, err := c.Connect(ctx, lab.VIPv4); err != nil {
+				if _, err := c.Connect(ctx, arplab.VIPv4); err != nil {
 					p.mu.Lock()
 					p.failed = append(p.failed, time.Now().Format("15:04:05.000")+" "+err.Error())
 					p.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 	"github.com/caplb/caplb/modes/agent"
 )
 
@@ -37,7 +38,7 @@ func TestMembershipLifecycle(t *testing.T) {
 	g := NewWithT(t)
 	l := lab.NewT(t, "mship")
 	stateFile := func(i int) string { return filepath.Join(l.Dir(), fmt.Sprintf("n%d-membership.json", i+1)) }
-	c, err := lab.StartCluster(l, lab.ClusterOptions{
+	c, err := arplab.StartCluster(l, arplab.ClusterOptions{
 		Nodes: 6, AgentBinary: bins.agent, StandinBinary: bins.standin,
 		Idle: func(i int) bool { return i > 0 },
 		Tune: func(i int, cfg *agentv1.AgentConfiguration) {
@@ -51,7 +52,7 @@ func TestMembershipLifecycle(t *testing.T) {
 	owner := waitSingleOwner(t, c, nil, 20*time.Second)
 	g.Expect(owner.Name).To(Equal("n1"), "bootstrap: the only node holds the VIP alone")
 
-	s := newOwnerSampler(c, lab.VIPv4)
+	s := newOwnerSampler(c, arplab.VIPv4)
 	s.noGap = true
 	defer s.check(t)
 	conn := newConnectSampler(c)
@@ -64,9 +65,9 @@ func TestMembershipLifecycle(t *testing.T) {
 		g.Expect(st.Waiting + st.Decision).To(ContainSubstring("another host answers for the VIP"))
 	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 
-	running := []*lab.Node{n[0], n[1]}
+	running := []*arplab.Node{n[0], n[1]}
 	var cur agentv1.Membership
-	issue := func(members []*lab.Node, via *lab.Node) {
+	issue := func(members []*arplab.Node, via *arplab.Node) {
 		t.Helper()
 		cur = agentv1.Membership{Version: cur.Version + 1, Members: []agentv1.MemberConfig{}}
 		for _, m := range members {
@@ -91,7 +92,7 @@ func TestMembershipLifecycle(t *testing.T) {
 
 	// Version 1 = {n1}: n1 keeps holding with no gap (the sampler).
 	before := status(t, n[0]).Transitions
-	issue([]*lab.Node{n[0]}, n[0])
+	issue([]*arplab.Node{n[0]}, n[0])
 	g.Eventually(func(g Gomega) int64 { return statusG(g, n[0]).MembershipVersion }, 10*time.Second, 50*time.Millisecond).Should(Equal(int64(1)))
 	g.Expect(status(t, n[0]).Transitions).To(Equal(before), "no release when version 1 arrived")
 	// Scale to 2, then 3, one member at a time; each version is given to one
@@ -104,7 +105,7 @@ func TestMembershipLifecycle(t *testing.T) {
 	waitRunning("n3 joins")
 
 	// Rollout: add a new machine, remove the oldest, three times.
-	members := []*lab.Node{n[0], n[1], n[2]}
+	members := []*arplab.Node{n[0], n[1], n[2]}
 	for round := 0; round < 3; round++ {
 		add, remove := n[3+round], members[0]
 		must(t, c.StartAgent(add))
@@ -126,7 +127,7 @@ func TestMembershipLifecycle(t *testing.T) {
 	// A stale member: n5 is down while two versions go by, then restarts
 	// from its state file (version 9 + ...) and must converge by gossip.
 	owner = waitSingleOwner(t, c, nil, 10*time.Second)
-	var stale *lab.Node
+	var stale *arplab.Node
 	for _, m := range members {
 		if m != owner {
 			stale = m
@@ -156,11 +157,11 @@ func TestMembershipLifecycle(t *testing.T) {
 	g.Eventually(func() bool { done, _ := dup.Exited(); return done }, 10*time.Second, 50*time.Millisecond).Should(BeTrue(), "the duplicate exits")
 	_, exitErr := dup.Exited()
 	g.Expect(exitErr).To(HaveOccurred(), "with an error (gossip port in use)")
-	g.Expect(holdersNow(t, c, lab.VIPv4)).To(Equal([]string{owner.Name}), "the owner keeps its VIP")
+	g.Expect(holdersNow(t, c, arplab.VIPv4)).To(Equal([]string{owner.Name}), "the owner keeps its VIP")
 }
 
 // statusG reads n's /status inside an Eventually (the agent may be starting).
-func statusG(g Gomega, n *lab.Node) agent.Status {
+func statusG(g Gomega, n *arplab.Node) agent.Status {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	st, err := n.Status(ctx)
@@ -168,8 +169,8 @@ func statusG(g Gomega, n *lab.Node) agent.Status {
 	return st
 }
 
-func without(ns []*lab.Node, x *lab.Node) []*lab.Node {
-	var out []*lab.Node
+func without(ns []*arplab.Node, x *arplab.Node) []*arplab.Node {
+	var out []*arplab.Node
 	for _, n := range ns {
 		if n != x {
 			out = append(out, n)
@@ -197,7 +198,7 @@ type connectSampler struct {
 	failures   []string
 }
 
-func newConnectSampler(c *lab.Cluster) *connectSampler {
+func newConnectSampler(c *arplab.Cluster) *connectSampler {
 	s := &connectSampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -208,7 +209,7 @@ func newConnectSampler(c *lab.Cluster) *connectSampler {
 			case <-time.After(50 * time.Millisecond):
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			who, err := c.Connect(ctx, lab.VIPv4)
+			who, err := c.Connect(ctx, arplab.VIPv4)
 			cancel()
 			s.mu.Lock()
 			s.tries++

@@ -25,6 +25,7 @@ import (
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // nodeAPIPort is where each lab node reaches the test API server, on its
@@ -54,7 +55,7 @@ func TestNodeAnnotations(t *testing.T) {
 
 	l := lab.NewT(t, "mshipapi")
 	kubeconfig := func(i int) string { return filepath.Join(l.Dir(), fmt.Sprintf("n%d-kubelet.conf", i+1)) }
-	c, err := lab.StartCluster(l, lab.ClusterOptions{
+	c, err := arplab.StartCluster(l, arplab.ClusterOptions{
 		AgentBinary: bins.agent, StandinBinary: bins.standin,
 		Idle: func(int) bool { return true },
 		Tune: func(i int, cfg *agentv1.AgentConfiguration) {
@@ -80,7 +81,7 @@ func TestNodeAnnotations(t *testing.T) {
 		g.Expect(c.StartAgent(n)).To(Succeed())
 	}
 	owner := waitSingleOwner(t, c, nil, 30*time.Second)
-	s := newOwnerSampler(c, lab.VIPv4)
+	s := newOwnerSampler(c, arplab.VIPv4)
 	s.noGap = true
 	defer s.check(t)
 
@@ -106,7 +107,7 @@ func TestNodeAnnotations(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	patch(owner.Name, `{"metadata":{"annotations":{"`+agentv1.DisabledAnnotation+`":"maintenance"}}}`)
-	next := waitSingleOwner(t, c, []*lab.Node{owner}, 15*time.Second)
+	next := waitSingleOwner(t, c, []*arplab.Node{owner}, 15*time.Second)
 	g.Eventually(func(g Gomega) {
 		r := report(g, owner.Name)
 		g.Expect(r.Quiesced).To(BeTrue())
@@ -120,7 +121,7 @@ func TestNodeAnnotations(t *testing.T) {
 		g.Expect(r.Quiesced).To(BeFalse())
 		g.Expect(r.Eligible).To(BeTrue())
 	}, 15*time.Second, 200*time.Millisecond).Should(Succeed())
-	g.Consistently(func() []string { return holdersNow(t, c, lab.VIPv4) }, time.Second, 50*time.Millisecond).
+	g.Consistently(func() []string { return holdersNow(t, c, arplab.VIPv4) }, time.Second, 50*time.Millisecond).
 		Should(Equal([]string{next.Name}), "no preemption when the old owner comes back")
 }
 

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 
 	mdarp "github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	. "github.com/onsi/gomega"
-
-	"github.com/caplb/caplb/e2e/lab"
 )
 
 // TestFirstTimeResolverDuringHandover (issue 8 item 6): a neighbour that
@@ -27,7 +26,7 @@ import (
 func TestFirstTimeResolverDuringHandover(t *testing.T) {
 	// A long drain so that the checks below fit in it comfortably.
 	const drain = 4 * time.Second
-	c, owner := startCluster(t, "arpfirst", lab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
+	c, owner := startCluster(t, "arpfirst", arplab.ClusterOptions{Tune: func(_ int, cfg *agentv1.AgentConfiguration) {
 		cfg.Quiesce.Drain = agentv1.Duration{Duration: drain}
 	}})
 	g := NewWithT(t)
@@ -38,10 +37,10 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 	res, err := c.Lab.AddNamespace("res")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.Lab.AddLink(res, "eth0", c.Switch, "p-res")).To(Succeed())
-	_, err = c.Switch.Run(ctx, "ip", "link", "set", "p-res", "master", lab.Bridge)
+	_, err = c.Switch.Run(ctx, "ip", "link", "set", "p-res", "master", arplab.Bridge)
 	g.Expect(err).NotTo(HaveOccurred())
 	resAddr := netip.MustParseAddr("10.44.0.3")
-	g.Expect(res.AddAddr("eth0", netip.PrefixFrom(resAddr, lab.SubnetV4.Bits()))).To(Succeed())
+	g.Expect(res.AddAddr("eth0", netip.PrefixFrom(resAddr, arplab.SubnetV4.Bits()))).To(Succeed())
 	var arpc *mdarp.Client
 	g.Expect(res.Do(func() error {
 		ifi, err := net.InterfaceByName("eth0")
@@ -52,7 +51,7 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 		return err
 	})).To(Succeed())
 	defer arpc.Close()
-	macOf := func(n *lab.Node) string {
+	macOf := func(n *arplab.Node) string {
 		out, err := n.NS.Run(ctx, "cat", "/sys/class/net/eth0/address")
 		g.Expect(err).NotTo(HaveOccurred())
 		return strings.TrimSpace(out)
@@ -63,9 +62,9 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(code).To(Equal(202))
 	// The drain: the successor holds the VIP and the old owner still does.
-	var next *lab.Node
+	var next *arplab.Node
 	g.Eventually(func(g Gomega) {
-		h := holdersNow(t, c, lab.VIPv4)
+		h := holdersNow(t, c, arplab.VIPv4)
 		g.Expect(h).To(HaveLen(2))
 		for _, n := range h {
 			if n != owner.Name {
@@ -80,7 +79,7 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 	// Who answers "who has VIP?" from a first-time resolver: every reply
 	// within 300 ms of each of several requests.
 	for i := range 5 {
-		req, err := mdarp.NewPacket(mdarp.OperationRequest, arpc.HardwareAddr(), resAddr, ethernet.Broadcast, lab.VIPv4)
+		req, err := mdarp.NewPacket(mdarp.OperationRequest, arpc.HardwareAddr(), resAddr, ethernet.Broadcast, arplab.VIPv4)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(arpc.WriteTo(req, ethernet.Broadcast)).To(Succeed())
 		g.Expect(arpc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))).To(Succeed())
@@ -90,7 +89,7 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 			if err != nil {
 				break
 			}
-			if p.Operation == mdarp.OperationReply && p.SenderIP == lab.VIPv4 && p.TargetIP == resAddr {
+			if p.Operation == mdarp.OperationReply && p.SenderIP == arplab.VIPv4 && p.TargetIP == resAddr {
 				answers = append(answers, p.SenderHardwareAddr.String())
 			}
 		}
@@ -98,7 +97,7 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 		g.Expect(answers).To(ContainElement(newMAC), "request %d: the successor answers for the VIP", i)
 	}
 	// The resolver's own kernel resolves the VIP now and reaches the successor.
-	conn, err := res.DialContext(ctx, "tcp", net.JoinHostPort(lab.VIPv4.String(), "6443"))
+	conn, err := res.DialContext(ctx, "tcp", net.JoinHostPort(arplab.VIPv4.String(), "6443"))
 	g.Expect(err).NotTo(HaveOccurred())
 	defer conn.Close()
 	g.Expect(conn.SetReadDeadline(time.Now().Add(2 * time.Second))).To(Succeed())
@@ -106,5 +105,5 @@ func TestFirstTimeResolverDuringHandover(t *testing.T) {
 	n, err := conn.Read(buf)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(strings.TrimSpace(string(buf[:n]))).To(Equal(next.Name))
-	g.Expect(holdersNow(t, c, lab.VIPv4)).To(ContainElements(owner.Name, next.Name), "checked within the drain")
+	g.Expect(holdersNow(t, c, arplab.VIPv4)).To(ContainElements(owner.Name, next.Name), "checked within the drain")
 }

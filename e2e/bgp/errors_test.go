@@ -9,10 +9,9 @@ import (
 	"testing"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/lab/bgplab"
 
 	. "github.com/onsi/gomega"
-
-	"github.com/caplb/caplb/e2e/lab"
 )
 
 // TestBGPPeerErrors: a node whose AS number the router does not expect, a node with the wrong
@@ -21,8 +20,8 @@ import (
 func TestBGPPeerErrors(t *testing.T) {
 	const secret, wrongSecret = "lab-s3cret-md5", "not-the-s3cret"
 	var dir string
-	c, fib := startCluster(t, "bgperr", lab.BGPClusterOptions{
-		Routed: lab.RoutedOptions{Nodes: 3, Neighbor: func(i int, n *lab.FRRNeighbor) {
+	c, fib := startCluster(t, "bgperr", bgplab.BGPClusterOptions{
+		Routed: bgplab.RoutedOptions{Nodes: 3, Neighbor: func(i int, n *bgplab.FRRNeighbor) {
 			switch i {
 			case 1:
 				n.ASN = 64999 // the router expects another AS from node1

@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/bgplab"
 )
 
 const (
@@ -25,12 +26,12 @@ const (
 )
 
 // startCluster builds a routed cluster for t and waits until every node announces.
-func startCluster(t *testing.T, name string, opts lab.BGPClusterOptions) (*lab.BGPCluster, *lab.FIB) {
+func startCluster(t *testing.T, name string, opts bgplab.BGPClusterOptions) (*bgplab.BGPCluster, *bgplab.FIB) {
 	t.Helper()
-	lab.SkipUnlessFRR(t)
+	bgplab.SkipUnlessFRR(t)
 	l := lab.NewT(t, name)
 	opts.AgentBinary, opts.StandinBinary = bins.agent, bins.standin
-	c, err := lab.StartBGPCluster(l, opts)
+	c, err := bgplab.StartBGPCluster(l, opts)
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
@@ -43,7 +44,7 @@ func startCluster(t *testing.T, name string, opts lab.BGPClusterOptions) (*lab.B
 }
 
 // nodeHops are the expected next hops (the nodes' link addresses) of the VIP v.
-func nodeHops(c *lab.BGPCluster, v netip.Addr, members ...*lab.BGPMember) []netip.Addr {
+func nodeHops(c *bgplab.BGPCluster, v netip.Addr, members ...*bgplab.BGPMember) []netip.Addr {
 	var out []netip.Addr
 	for _, m := range members {
 		if v.Is4() {
@@ -61,13 +62,13 @@ func sortAddrs(a []netip.Addr) []netip.Addr {
 }
 
 // eventuallyHops waits until the router's FIB forwards every VIP to exactly members.
-func eventuallyHops(t *testing.T, c *lab.BGPCluster, fib *lab.FIB, timeout time.Duration, members ...*lab.BGPMember) {
+func eventuallyHops(t *testing.T, c *bgplab.BGPCluster, fib *bgplab.FIB, timeout time.Duration, members ...*bgplab.BGPMember) {
 	t.Helper()
 	g := NewWithT(t)
 	for _, v := range c.VIPs {
 		want := strs(nodeHops(c, v, members...))
 		g.Eventually(func() ([]string, error) {
-			h, err := fib.NextHops(lab.HostPrefix(v))
+			h, err := fib.NextHops(bgplab.HostPrefix(v))
 			return strs(h), err
 		}, timeout, poll).Should(Equal(want), "router FIB next hops for %s", v)
 	}
@@ -75,7 +76,7 @@ func eventuallyHops(t *testing.T, c *lab.BGPCluster, fib *lab.FIB, timeout time.
 
 // spread dials the VIP n times from the client (each from a new source port) and counts the
 // answering nodes.
-func spread(t *testing.T, c *lab.BGPCluster, v netip.Addr, n int) map[string]int {
+func spread(t *testing.T, c *bgplab.BGPCluster, v netip.Addr, n int) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	for i := 0; i < n; i++ {

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caplb/caplb/e2e/lab/bgplab"
 	. "github.com/onsi/gomega"
-
-	"github.com/caplb/caplb/e2e/lab"
 )
 
 // TestBGPLifecycle runs one dual-stack cluster of three nodes through the life of a BGP VIP:
@@ -18,7 +17,7 @@ import (
 // restarting, and a graceful agent exit.
 func TestBGPLifecycle(t *testing.T) {
 	const hold = 3 * time.Second
-	c, fib := startCluster(t, "bgplife", lab.BGPClusterOptions{Routed: lab.RoutedOptions{Nodes: 3, IPv6: true}, HoldTime: hold})
+	c, fib := startCluster(t, "bgplife", bgplab.BGPClusterOptions{Routed: bgplab.RoutedOptions{Nodes: 3, IPv6: true}, HoldTime: hold})
 	n1, n2, n3 := c.Members[0], c.Members[1], c.Members[2]
 	v4, v6 := c.VIPs[0], c.VIPs[1]
 	ctx := context.Background()
@@ -29,7 +28,7 @@ func TestBGPLifecycle(t *testing.T) {
 		for _, v := range c.VIPs {
 			routes, err := c.FRR.BGPRoutes(ctx, v.Is6())
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(sortAddrs(routes[lab.HostPrefix(v)])).To(Equal(nodeHops(c, v, n1, n2, n3)),
+			g.Expect(sortAddrs(routes[bgplab.HostPrefix(v)])).To(Equal(nodeHops(c, v, n1, n2, n3)),
 				"bgpd has a path from every member for %s", v)
 		}
 		for _, m := range c.Members {

@@ -24,7 +24,8 @@ import (
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/harness"
-	"github.com/caplb/caplb/e2e/wireguard/apiserver"
+	"github.com/caplb/caplb/e2e/lab/standin/server"
+	"github.com/caplb/caplb/e2e/testpki"
 	wg "github.com/caplb/caplb/modes/wireguard"
 	wgp "github.com/caplb/caplb/providers/wireguard"
 )
@@ -78,9 +79,9 @@ func testWireGuardRealGateway(t *testing.T, s *suite) {
 	g := NewWithT(t)
 	f := newFixture(t, s, harness.ClusterOptions{})
 	dir := t.TempDir()
-	ca, err := apiserver.NewCA(dir)
+	ca, err := testpki.NewCA(dir)
 	g.Expect(err).NotTo(HaveOccurred())
-	caPEM, err := os.ReadFile(ca.File)
+	caPEM, err := os.ReadFile(ca.CertFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	// The Cluster's CA, as CAPI's control plane provider creates it (public part only needed).
 	g.Expect(s.env.Client.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "c-ca"},
@@ -121,13 +122,13 @@ func testWireGuardRealGateway(t *testing.T, s *suite) {
 	// A member from the bootstrap Secret's file, behind a stand-in API server.
 	ms := f.addMachines(t, 1)
 	node := f.machine(g, ms[0].Name).Status.NodeRef.Name
-	certFile, keyFile, err := ca.APIServerCert(dir, node, net.ParseIP("192.0.2.10"))
+	certFile, keyFile, err := ca.IssueServing(dir, node, node, "192.0.2.10")
 	g.Expect(err).NotTo(HaveOccurred())
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	g.Expect(err).NotTo(HaveOccurred())
-	srv := &http.Server{Handler: apiserver.StandinHandler(node, "")}
+	srv := &http.Server{Handler: server.Handler(node, server.Readyz(""), context.Background())}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 

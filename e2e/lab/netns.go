@@ -49,6 +49,9 @@ type Netns struct {
 	handle netns.NsHandle
 }
 
+// Lab is the lab the namespace belongs to (topology packages reach its directory and logs).
+func (n *Netns) Lab() *Lab { return n.lab }
+
 // SkipUnlessRoot skips t when the process cannot create network namespaces.
 func SkipUnlessRoot(t testing.TB) {
 	t.Helper()
@@ -299,4 +302,14 @@ func (l *Lab) RemoveNamespace(n *Netns) error {
 		return fmt.Errorf("ip netns del %s: %w: %s", n.name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// SkipOrFailInCI skips t with the reason, except under CI (the CI environment variable set),
+// where `make test` installs every prerequisite and a missing one must fail the run.
+func SkipOrFailInCI(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI: "+format, args...)
+	}
+	t.Skipf(format, args...)
 }

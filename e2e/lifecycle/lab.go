@@ -30,6 +30,7 @@ import (
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // AgentImage is the image the lab's manager renders; the lab's kubelet runs the agent binary
@@ -56,7 +57,7 @@ type Lab struct {
 	capi           *harness.Running
 	manager        *managerProc
 	infra          *infra
-	ca             *lab.CA
+	ca             *testpki.CA
 	stopIPAM       context.CancelFunc
 	// Namespace holds the cluster's objects; ClusterName is the sample's Cluster name.
 	Namespace, ClusterName string
@@ -87,7 +88,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if l.topo, err = newTopology(l.net, opts.Backend); err != nil {
 		return l, err
 	}
-	if l.ca, err = lab.NewCA(l.net.Dir()); err != nil {
+	if l.ca, err = testpki.NewCA(l.net.Dir()); err != nil {
 		return l, err
 	}
 	if l.Mgmt, err = harness.Start(harness.Options{}); err != nil {

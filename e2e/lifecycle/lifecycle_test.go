@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/bgplab"
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
 )
 
@@ -90,6 +91,6 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func TestLifecycleARP(t *testing.T) { runLifecycle(t, ARP, "lcarp") }
 
 func TestLifecycleBGP(t *testing.T) {
-	lab.SkipUnlessFRR(t)
+	bgplab.SkipUnlessFRR(t)
 	runLifecycle(t, BGP, "lcbgp")
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/testinfra"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // Where a kubeadm node keeps what the lab's stand-ins for kubeadm and the kubelet write.
@@ -60,7 +61,7 @@ type Node struct {
 type nodeDeps struct {
 	lab      *lab.Lab
 	topo     *topology
-	ca       *lab.CA
+	ca       *testpki.CA
 	bins     Binaries
 	workload *workload
 	files    []bootFile

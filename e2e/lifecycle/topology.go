@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/bgplab"
 )
 
 // Backend is the LoadBalancer backend a lifecycle runs behind.
@@ -48,7 +49,7 @@ type topology struct {
 	sw      *lab.Netns
 	client  *lab.Netns
 	router  *lab.Netns
-	frr     *lab.FRR
+	frr     *bgplab.FRR
 }
 
 func newTopology(l *lab.Lab, b Backend) (*topology, error) {
@@ -97,7 +98,7 @@ func newTopology(l *lab.Lab, b Backend) (*topology, error) {
 	if _, err := t.client.Run(ctx, "ip", "route", "add", "default", "via", bgpClientGW.String()); err != nil {
 		return nil, err
 	}
-	t.frr, err = lab.StartFRR(t.router, "frr", lab.FRRConfig{
+	t.frr, err = bgplab.StartFRR(t.router, "frr", bgplab.FRRConfig{
 		ASN: routerASN, RouterID: routerAddr, ListenRange: nodeSubnet, ListenASN: nodeASN, ListenPassword: bgpPassword,
 	})
 	return t, err

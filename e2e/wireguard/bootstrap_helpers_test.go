@@ -36,6 +36,7 @@ import (
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lifecycle"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // wgSampleFile is the shipped sample the bootstrap test follows to the letter.
@@ -145,7 +146,7 @@ type machine struct {
 // bootstrap files (the sample's files[] from the bootstrap Secret), the API server's
 // kubeadm-shaped serving certificate, starts the stand-in API server on the API port and the
 // agent's static pod through the lab's kubelet (podrun) exactly as the rendered manifest says.
-func bootMember(l *lab.Lab, bins lifecycle.Binaries, ca *lab.CA, s wgSample, m *machine, boot *corev1.Secret,
+func bootMember(l *lab.Lab, bins lifecycle.Binaries, ca *testpki.CA, s wgSample, m *machine, boot *corev1.Secret,
 	endpointHost string) error {
 	dir := filepath.Join(l.Dir(), "machines", m.node)
 	m.root = filepath.Join(dir, "root")

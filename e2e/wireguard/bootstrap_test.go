@@ -26,8 +26,9 @@ import (
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 	"github.com/caplb/caplb/e2e/lifecycle"
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/testpki"
 	wgp "github.com/caplb/caplb/providers/wireguard"
 )
 
@@ -66,7 +67,7 @@ func TestBootstrapFromSecretsBehindNAT(t *testing.T) {
 	l := lab.NewT(t, "wgn")
 	w, err := wglab.Network(l, 3)
 	g.Expect(err).NotTo(HaveOccurred())
-	ca, err := lab.NewCA(l.Dir())
+	ca, err := testpki.NewCA(l.Dir())
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// The management cluster.

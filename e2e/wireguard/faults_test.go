@@ -12,7 +12,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 )
 
 // Client settings for every test: an attempt on a dead gateway gives up after 500 ms; a request

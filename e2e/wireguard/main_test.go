@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 )
 
 // bins is set once by TestMain, before any test runs, and only read afterwards.

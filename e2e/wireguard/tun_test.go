@@ -11,7 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 )
 
 // device: tun on both ends. Through the whole path (members behind the NAT, both gateways), a
@@ -29,7 +29,7 @@ func TestTUNDeviceLetsInOnlyTheAPIServerPort(t *testing.T) {
 	w := startLab(t, wglab.Options{Device: "tun"})
 	m, gw := w.Members[0], w.Gateways[0]
 	cert, key := w.L.Dir()+"/"+m.Name+"/"+m.Name+".crt", w.L.Dir()+"/"+m.Name+"/"+m.Name+".key"
-	kubelet, err := m.NS.Start(m.Name+"-kubelet", []string{w.Bins.Standin, "-name", "kubelet", "-listen", ":10250",
+	kubelet, err := m.NS.Start(m.Name+"-kubelet", []string{w.Bins.Standin, "-name", "kubelet", "-api-listen", ":10250",
 		"-cert", cert, "-key", key}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer kubelet.Stop(time.Second)
@@ -60,7 +60,7 @@ func TestTUNDeviceLetsInOnlyTheAPIServerPort(t *testing.T) {
 	// An API server bound to loopback only takes none of the tunnel's connections: the member
 	// says so in its status (and logs it).
 	_ = m.Standin.Stop(time.Second) // exits on SIGTERM: "signal: terminated"
-	loopback, err := m.NS.Start(m.Name+"-apiserver-loopback", []string{w.Bins.Standin, "-name", m.Name, "-listen", "127.0.0.1:6443",
+	loopback, err := m.NS.Start(m.Name+"-apiserver-loopback", []string{w.Bins.Standin, "-name", m.Name, "-api-listen", "127.0.0.1:6443",
 		"-cert", cert, "-key", key}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer loopback.Stop(time.Second)

@@ -22,7 +22,8 @@ import (
 	"github.com/go-logr/logr/testr"
 	. "github.com/onsi/gomega"
 
-	"github.com/caplb/caplb/e2e/wireguard/apiserver"
+	"github.com/caplb/caplb/e2e/lab/standin/server"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // These tests run a real gateway and real members in one process over loopback: userspace
@@ -32,7 +33,7 @@ import (
 
 type loopLab struct {
 	dir    string
-	ca     *apiserver.CA
+	ca     *testpki.CA
 	token  string
 	gwCfg  *wgapi.GatewayConfig
 	gw     *Gateway
@@ -69,7 +70,7 @@ func startLoopLab(t *testing.T) *loopLab { return startLoopLabPrefix(t, "") }
 func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 	t.Helper()
 	dir := t.TempDir()
-	ca, err := apiserver.NewCA(dir)
+	ca, err := testpki.NewCA(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 		WireGuard:    wgapi.GatewayWireGuard{ListenPort: freeUDPPort(t), PrivateKeyFile: filepath.Join(dir, "gw", "gateway.key"), TunnelPrefix: prefix},
 		Registration: wgapi.GatewayRegistration{Listen: freeTCP(t), TokenFile: filepath.Join(dir, "token")},
 		StateFile:    filepath.Join(dir, "gw", "state.json"),
-		Health:       wgapi.GatewayHealth{CAFile: ca.File, Interval: agentv1.Duration{Duration: 50 * time.Millisecond}, Timeout: agentv1.Duration{Duration: time.Second}},
+		Health:       wgapi.GatewayHealth{CAFile: ca.CertFile, Interval: agentv1.Duration{Duration: 50 * time.Millisecond}, Timeout: agentv1.Duration{Duration: time.Second}},
 		DrainTimeout: agentv1.Duration{Duration: 2 * time.Second},
 		Admin:        wgapi.AdminConfig{Listen: "0"},
 	}
@@ -90,7 +91,7 @@ func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 		t.Fatal(err)
 	}
 	l.gwCfg = cfg
-	pem, _ := os.ReadFile(ca.File)
+	pem, _ := os.ReadFile(ca.CertFile)
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pem)
 	l.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -122,7 +123,7 @@ func (l *loopLab) startGateway(t *testing.T) {
 // startStandin serves the stand-in API on a loopback port with node's kubeadm-shaped certificate.
 func (l *loopLab) startStandin(t *testing.T, node string) string {
 	t.Helper()
-	certFile, keyFile, err := l.ca.APIServerCert(l.dir, node, net.ParseIP("192.0.2.10"))
+	certFile, keyFile, err := l.ca.IssueServing(l.dir, node, node, "192.0.2.10")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func (l *loopLab) startStandin(t *testing.T, node string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: apiserver.StandinHandler(node, "")}
+	srv := &http.Server{Handler: server.Handler(node, server.Readyz(""), context.Background())}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // daemon is the VIP daemon under test on every node of a lab: caplb's agent
@@ -21,30 +22,30 @@ import (
 type daemon interface {
 	name() string
 	// kill: SIGKILL, no cleanup; term: the graceful stop (SIGTERM).
-	kill(n *lab.Node) error
-	term(n *lab.Node) error
+	kill(n *arplab.Node) error
+	term(n *arplab.Node) error
 	// waitExit waits for the node's daemon to exit after kill or term.
-	waitExit(n *lab.Node, timeout time.Duration) error
+	waitExit(n *arplab.Node, timeout time.Duration) error
 	// restart starts the node's daemon again (after kill or term).
-	restart(n *lab.Node) error
+	restart(n *arplab.Node) error
 	// setHealthy makes the node's API server healthy or not, as this
 	// daemon learns it.
-	setHealthy(n *lab.Node, ok bool) error
+	setHealthy(n *arplab.Node, ok bool) error
 	// stable: exactly one node holds the VIP and every daemon is ready for
 	// the next fault; it returns the owner.
-	stable() (*lab.Node, error)
+	stable() (*arplab.Node, error)
 }
 
-// caplbDaemon is the caplb agent as lab.StartCluster runs it.
+// caplbDaemon is the caplb agent as arplab.StartCluster runs it.
 type caplbDaemon struct{ b *bench }
 
-func (d caplbDaemon) name() string                          { return "caplb" }
-func (d caplbDaemon) kill(n *lab.Node) error                { return n.Agent.Signal(syscall.SIGKILL) }
-func (d caplbDaemon) term(n *lab.Node) error                { return n.Agent.Signal(syscall.SIGTERM) }
-func (d caplbDaemon) restart(n *lab.Node) error             { return d.b.c.StartAgent(n) }
-func (d caplbDaemon) stable() (*lab.Node, error)            { return d.b.checkStable() }
-func (d caplbDaemon) setHealthy(n *lab.Node, ok bool) error { return n.SetHealthy(ok) }
-func (d caplbDaemon) waitExit(n *lab.Node, timeout time.Duration) error {
+func (d caplbDaemon) name() string                             { return "caplb" }
+func (d caplbDaemon) kill(n *arplab.Node) error                { return n.Agent.Signal(syscall.SIGKILL) }
+func (d caplbDaemon) term(n *arplab.Node) error                { return n.Agent.Signal(syscall.SIGTERM) }
+func (d caplbDaemon) restart(n *arplab.Node) error             { return d.b.c.StartAgent(n) }
+func (d caplbDaemon) stable() (*arplab.Node, error)            { return d.b.checkStable() }
+func (d caplbDaemon) setHealthy(n *arplab.Node, ok bool) error { return n.SetHealthy(ok) }
+func (d caplbDaemon) waitExit(n *arplab.Node, timeout time.Duration) error {
 	return n.Agent.Wait(timeout)
 }
 
@@ -56,7 +57,7 @@ func (d caplbDaemon) waitExit(n *lab.Node, timeout time.Duration) error {
 // keepalived's 5 s gratuitous-ARP repeat; seen in this lab). Health reaches it through a track_file (inotify: as fast
 // as a health signal can be; caplb polls /readyz every 200 ms, fall 2).
 type keepalivedDaemon struct {
-	c       *lab.Cluster
+	c       *arplab.Cluster
 	bin     string
 	procs   map[string]*lab.Process
 	started map[string]time.Time
@@ -81,7 +82,7 @@ func findKeepalived() (string, error) {
 	return "", fmt.Errorf("keepalived not installed (make keepalived)")
 }
 
-func newKeepalived(c *lab.Cluster, bin string) (*keepalivedDaemon, error) {
+func newKeepalived(c *arplab.Cluster, bin string) (*keepalivedDaemon, error) {
 	k := &keepalivedDaemon{c: c, bin: bin, procs: map[string]*lab.Process{}, started: map[string]time.Time{}}
 	for i, n := range c.Nodes {
 		if err := os.WriteFile(k.path(n, "conf"), []byte(k.config(n, 100-i)), 0o644); err != nil {
@@ -97,11 +98,11 @@ func newKeepalived(c *lab.Cluster, bin string) (*keepalivedDaemon, error) {
 	return k, nil
 }
 
-func (k *keepalivedDaemon) path(n *lab.Node, ext string) string {
+func (k *keepalivedDaemon) path(n *arplab.Node, ext string) string {
 	return filepath.Join(k.c.Lab.Dir(), n.Name+"-keepalived."+ext)
 }
 
-func (k *keepalivedDaemon) config(n *lab.Node, priority int) string {
+func (k *keepalivedDaemon) config(n *arplab.Node, priority int) string {
 	return fmt.Sprintf(`global_defs {
 	router_id %[1]s
 	vrrp_version 3
@@ -123,14 +124,14 @@ vrrp_instance VIP {
 		%[3]s/32 dev eth0
 	}
 }
-`, n.Name, k.path(n, "health"), lab.VIPv4, priority)
+`, n.Name, k.path(n, "health"), arplab.VIPv4, priority)
 }
 
 func (k *keepalivedDaemon) name() string { return "keepalived" }
 
 // kill SIGKILLs the VRRP child first, then the parent (which would
 // otherwise restart the child, or the child stop gracefully on its death).
-func (k *keepalivedDaemon) kill(n *lab.Node) error {
+func (k *keepalivedDaemon) kill(n *arplab.Node) error {
 	p := k.procs[n.Name]
 	k.killed = children(p.Pid())
 	for _, child := range k.killed {
@@ -153,9 +154,9 @@ func children(pid int) []int {
 	return out
 }
 
-func (k *keepalivedDaemon) term(n *lab.Node) error { return k.procs[n.Name].Signal(syscall.SIGTERM) }
+func (k *keepalivedDaemon) term(n *arplab.Node) error { return k.procs[n.Name].Signal(syscall.SIGTERM) }
 
-func (k *keepalivedDaemon) waitExit(n *lab.Node, timeout time.Duration) error {
+func (k *keepalivedDaemon) waitExit(n *arplab.Node, timeout time.Duration) error {
 	err := k.procs[n.Name].Wait(timeout)
 	if err != nil && isSignalled(err) {
 		err = nil
@@ -174,8 +175,8 @@ func (k *keepalivedDaemon) waitExit(n *lab.Node, timeout time.Duration) error {
 
 // restart starts keepalived; a VIP left by a killed one is removed first,
 // as caplb's agent does at start (a unit's ExecStartPre would).
-func (k *keepalivedDaemon) restart(n *lab.Node) error {
-	_, _ = n.NS.Run(context.Background(), "ip", "addr", "del", lab.VIPv4.String()+"/32", "dev", "eth0")
+func (k *keepalivedDaemon) restart(n *arplab.Node) error {
+	_, _ = n.NS.Run(context.Background(), "ip", "addr", "del", arplab.VIPv4.String()+"/32", "dev", "eth0")
 	// Stale pid files of a killed keepalived (pids may be reused).
 	_ = os.Remove(k.path(n, "pid"))
 	_ = os.Remove(k.path(n, "vrrp.pid"))
@@ -189,7 +190,7 @@ func (k *keepalivedDaemon) restart(n *lab.Node) error {
 	return nil
 }
 
-func (k *keepalivedDaemon) setHealthy(n *lab.Node, ok bool) error {
+func (k *keepalivedDaemon) setHealthy(n *arplab.Node, ok bool) error {
 	v := "1\n" // non-zero with weight 0: FAULT
 	if ok {
 		v = "0\n"
@@ -199,8 +200,8 @@ func (k *keepalivedDaemon) setHealthy(n *lab.Node, ok bool) error {
 
 // stable: one holder, every keepalived running and up for a while (a
 // restarted one listens as BACKUP before the next fault).
-func (k *keepalivedDaemon) stable() (*lab.Node, error) {
-	h, err := k.c.Holders(lab.VIPv4)
+func (k *keepalivedDaemon) stable() (*arplab.Node, error) {
+	h, err := k.c.Holders(arplab.VIPv4)
 	if err != nil {
 		return nil, err
 	}

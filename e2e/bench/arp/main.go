@@ -29,28 +29,46 @@ import (
 	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
+// config is one run of the benchmark, as the flags set it.
+type config struct {
+	trials    int
+	scenarios []string
+	// withCaplb false runs only the peer (to debug its lab).
+	withCaplb bool
+	// peer runs right after caplb in the same lab: "keepalived" or "none".
+	peer     string
+	interval time.Duration // the client's connect interval
+	out, svg string        // the JSON result and the SVG timeline
+	// agentPkg is built and measured unless agentBin names a prebuilt binary.
+	agentPkg, agentBin string
+	verbose            bool
+}
+
 func main() {
-	trials := flag.Int("trials", 20, "trials per scenario")
+	var cfg config
+	flag.IntVar(&cfg.trials, "trials", 20, "trials per scenario")
 	scenarios := flag.String("scenarios", "hard_kill,link_cut,node_link_down,link_flap,health_failure,graceful", "comma-separated scenarios")
-	withCaplb := flag.Bool("caplb", true, "run caplb (false: only the peer, to debug its lab)")
-	peer := flag.String("peer", "keepalived", "peer run right after caplb in the same lab: keepalived or none")
-	interval := flag.Duration("interval", 5*time.Millisecond, "client connect interval")
-	out := flag.String("out", envOr("BENCH_OUT", "_out/bench-arp.json"), "JSON result file")
-	agentPkg := flag.String("agent-pkg", "./cmd/caplb-agent", "package of the binary whose `agent` command is measured (./cmd/caplb for the full binary)")
-	agentBinFlag := flag.String("agent-bin", "", "a prebuilt agent binary to measure instead of building -agent-pkg (e.g. an older commit's, for a before/after run)")
-	verbose := flag.Bool("v", false, "print every failed connect")
-	svg := flag.String("svg", "", "SVG timeline (default: next to -out, bench-arp-timeline.svg)")
+	flag.BoolVar(&cfg.withCaplb, "caplb", true, "run caplb (false: only the peer, to debug its lab)")
+	flag.StringVar(&cfg.peer, "peer", "keepalived", "peer run right after caplb in the same lab: keepalived or none")
+	flag.DurationVar(&cfg.interval, "interval", 5*time.Millisecond, "client connect interval")
+	flag.StringVar(&cfg.out, "out", envOr("BENCH_OUT", "_out/bench-arp.json"), "JSON result file")
+	flag.StringVar(&cfg.agentPkg, "agent-pkg", "./cmd/caplb-agent", "package of the binary whose `agent` command is measured (./cmd/caplb for the full binary)")
+	flag.StringVar(&cfg.agentBin, "agent-bin", "", "a prebuilt agent binary to measure instead of building -agent-pkg (e.g. an older commit's, for a before/after run)")
+	flag.BoolVar(&cfg.verbose, "v", false, "print every failed connect")
+	flag.StringVar(&cfg.svg, "svg", "", "SVG timeline (default: next to -out, bench-arp-timeline.svg)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "bench-arp needs root (network namespaces)")
 		os.Exit(2)
 	}
-	if *svg == "" {
-		*svg = filepath.Join(filepath.Dir(*out), "bench-arp-timeline.svg")
+	cfg.scenarios = strings.Split(*scenarios, ",")
+	if cfg.svg == "" {
+		cfg.svg = filepath.Join(filepath.Dir(cfg.out), "bench-arp-timeline.svg")
 	}
-	if err := run(*agentPkg, *trials, strings.Split(*scenarios, ","), *interval, *out, *svg, *peer, *agentBinFlag, *withCaplb, *verbose); err != nil {
+	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-arp:", err)
 		os.Exit(1)
 	}
@@ -70,7 +88,8 @@ type daemonRun struct {
 	rss, anon float64
 }
 
-func run(agentPkg string, trials int, scenarios []string, interval time.Duration, out, svgPath, peer, agentBinPath string, withCaplb, verbose bool) error {
+func run(cfg config) error {
+	scenarios, interval, out, svgPath, peer, agentPkg := cfg.scenarios, cfg.interval, cfg.out, cfg.svg, cfg.peer, cfg.agentPkg
 	for i := range scenarios {
 		scenarios[i] = strings.TrimSpace(scenarios[i])
 		if _, ok := scenarioFuncs[scenarios[i]]; !ok {
@@ -94,8 +113,8 @@ func run(agentPkg string, trials int, scenarios []string, interval time.Duration
 	defer os.RemoveAll(dir)
 	agentBin, standinBin := filepath.Join(dir, "caplb"), filepath.Join(dir, "standin")
 	fmt.Println("building caplb and the stand-in apiserver...")
-	if agentBinPath != "" {
-		agentBin, agentPkg = agentBinPath, agentBinPath
+	if cfg.agentBin != "" {
+		agentBin, agentPkg = cfg.agentBin, cfg.agentBin
 	} else if err := lab.BuildBinary(agentPkg, agentBin); err != nil {
 		return err
 	}
@@ -104,9 +123,9 @@ func run(agentPkg string, trials int, scenarios []string, interval time.Duration
 	}
 
 	caplb := &daemonRun{summaries: map[string]summary{}}
-	if withCaplb {
-		caplb, err = runDaemon("benchArp", lab.ClusterOptions{AgentBinary: agentBin, StandinBinary: standinBin},
-			func(b *bench) (daemon, error) { return caplbDaemon{b: b}, nil }, trials, scenarios, interval, verbose)
+	if cfg.withCaplb {
+		caplb, err = runDaemon("benchArp", arplab.ClusterOptions{AgentBinary: agentBin, StandinBinary: standinBin},
+			func(b *bench) (daemon, error) { return caplbDaemon{b: b}, nil }, cfg)
 		if err != nil {
 			return err
 		}
@@ -114,8 +133,8 @@ func run(agentPkg string, trials int, scenarios []string, interval time.Duration
 	var ka *daemonRun
 	if kaBin != "" {
 		fmt.Printf("\npeer: %s (VRRPv3, advert_int 0.1, nopreempt), same lab, same client\n", kaVersion)
-		ka, err = runDaemon("benchArpKa", lab.ClusterOptions{StandinBinary: standinBin, NoAgents: true},
-			func(b *bench) (daemon, error) { return newKeepalived(b.c, kaBin) }, trials, scenarios, interval, verbose)
+		ka, err = runDaemon("benchArpKa", arplab.ClusterOptions{StandinBinary: standinBin, NoAgents: true},
+			func(b *bench) (daemon, error) { return newKeepalived(b.c, kaBin) }, cfg)
 		if err != nil {
 			return fmt.Errorf("keepalived: %w", err)
 		}
@@ -201,13 +220,14 @@ func ratio(a, b float64) float64 {
 
 // runDaemon builds a lab named labName, starts the daemon on every node and
 // runs every scenario on it.
-func runDaemon(labName string, opts lab.ClusterOptions, mk func(*bench) (daemon, error), trials int, scenarios []string, interval time.Duration, verbose bool) (*daemonRun, error) {
+func runDaemon(labName string, opts arplab.ClusterOptions, mk func(*bench) (daemon, error), cfg config) (*daemonRun, error) {
+	trials, scenarios, interval, verbose := cfg.trials, cfg.scenarios, cfg.interval, cfg.verbose
 	l, err := lab.New(labName)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
-	c, err := lab.StartCluster(l, opts)
+	c, err := arplab.StartCluster(l, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +235,7 @@ func runDaemon(labName string, opts lab.ClusterOptions, mk func(*bench) (daemon,
 	if b.d, err = mk(b); err != nil {
 		return nil, err
 	}
-	b.rec = startRecorder(c, lab.VIPv4, interval, 250*time.Millisecond)
+	b.rec = startRecorder(c, arplab.VIPv4, interval, 250*time.Millisecond)
 	defer b.rec.close()
 	if verbose {
 		macs := map[string]string{}

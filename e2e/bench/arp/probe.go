@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // attempt is one client connect to VIP:port.
@@ -28,7 +28,7 @@ type holding struct {
 // goroutine so that a hanging one never delays the next) and samples the
 // nodes' kernels for the VIP.
 type recorder struct {
-	c        *lab.Cluster
+	c        *arplab.Cluster
 	vip      netip.Addr
 	interval time.Duration
 	timeout  time.Duration
@@ -40,7 +40,7 @@ type recorder struct {
 	wg       sync.WaitGroup
 }
 
-func startRecorder(c *lab.Cluster, vip netip.Addr, interval, timeout time.Duration) *recorder {
+func startRecorder(c *arplab.Cluster, vip netip.Addr, interval, timeout time.Duration) *recorder {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &recorder{c: c, vip: vip, interval: interval, timeout: timeout, stop: cancel}
 	r.wg.Add(2)

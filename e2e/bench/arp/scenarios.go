@@ -11,13 +11,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/arplab"
 )
 
 // A scenario injects a fault on the owner and returns the step that undoes it
 // once the new owner answers (restart the daemon, heal the link...), and
 // the moment the clock starts (zero: just before the scenario ran).
-type scenario func(b *bench, d daemon, owner *lab.Node) (after func() error, t0 time.Time, err error)
+type scenario func(b *bench, d daemon, owner *arplab.Node) (after func() error, t0 time.Time, err error)
 
 // flapDown is how long the first outage of link_flap lasts.
 const flapDown = 200 * time.Millisecond
@@ -25,7 +25,7 @@ const flapDown = 200 * time.Millisecond
 var scenarioFuncs = map[string]scenario{
 	// The owner's daemon dies without any cleanup (its VIP stays in the
 	// kernel until the daemon is restarted, as kubelet or systemd would).
-	"hard_kill": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+	"hard_kill": func(b *bench, d daemon, o *arplab.Node) (func() error, time.Time, error) {
 		if err := d.kill(o); err != nil {
 			return nil, time.Time{}, err
 		}
@@ -37,21 +37,21 @@ var scenarioFuncs = map[string]scenario{
 		}, time.Time{}, nil
 	},
 	// The owner's API server starts failing /readyz.
-	"health_failure": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+	"health_failure": func(b *bench, d daemon, o *arplab.Node) (func() error, time.Time, error) {
 		if err := d.setHealthy(o, false); err != nil {
 			return nil, time.Time{}, err
 		}
 		return func() error { return d.setHealthy(o, true) }, time.Time{}, nil
 	},
 	// The owner's cable is pulled at the switch (its switch port goes down).
-	"link_cut": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+	"link_cut": func(b *bench, d daemon, o *arplab.Node) (func() error, time.Time, error) {
 		if err := b.c.Cut(o); err != nil {
 			return nil, time.Time{}, err
 		}
 		return func() error { return b.c.Restore(o) }, time.Time{}, nil
 	},
 	// The owner's own interface goes down (`ip link set eth0 down` on the node).
-	"node_link_down": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+	"node_link_down": func(b *bench, d daemon, o *arplab.Node) (func() error, time.Time, error) {
 		if err := o.NS.SetLinkUp("eth0", false); err != nil {
 			return nil, time.Time{}, err
 		}
@@ -60,7 +60,7 @@ var scenarioFuncs = map[string]scenario{
 	// The owner's own interface flaps: down 200 ms, up, down again. The
 	// clock starts at the second fault, which must not find the cluster
 	// slower than a single one.
-	"link_flap": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+	"link_flap": func(b *bench, d daemon, o *arplab.Node) (func() error, time.Time, error) {
 		if err := o.NS.SetLinkUp("eth0", false); err != nil {
 			return nil, time.Time{}, err
 		}
@@ -76,7 +76,7 @@ var scenarioFuncs = map[string]scenario{
 	},
 	// The owner's daemon gets SIGTERM: caplb hands over make-before-break;
 	// keepalived sends a priority-0 advert.
-	"graceful": func(b *bench, d daemon, o *lab.Node) (func() error, time.Time, error) {
+	"graceful": func(b *bench, d daemon, o *arplab.Node) (func() error, time.Time, error) {
 		if err := d.term(o); err != nil {
 			return nil, time.Time{}, err
 		}
@@ -100,7 +100,7 @@ func isSignalled(err error) bool {
 }
 
 type bench struct {
-	c    *lab.Cluster
+	c    *arplab.Cluster
 	d    daemon
 	rec  *recorder
 	rss  int64
@@ -157,7 +157,7 @@ func (b *bench) trial(name string, fn scenario) (trialResult, *trialData, error)
 	// The trial ends when exactly one kernel holds the VIP again.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if h, err := b.c.Holders(lab.VIPv4); err == nil && len(h) == 1 {
+		if h, err := b.c.Holders(arplab.VIPv4); err == nil && len(h) == 1 {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -191,7 +191,7 @@ func (b *bench) trial(name string, fn scenario) (trialResult, *trialData, error)
 
 // waitStable waits until one kernel holds the VIP, every agent runs, sees all
 // members, is eligible and agrees on the owner, three checks in a row.
-func (b *bench) waitStable(timeout time.Duration) (*lab.Node, error) {
+func (b *bench) waitStable(timeout time.Duration) (*arplab.Node, error) {
 	deadline := time.Now().Add(timeout)
 	okRuns := 0
 	var last error
@@ -210,8 +210,8 @@ func (b *bench) waitStable(timeout time.Duration) (*lab.Node, error) {
 	return nil, fmt.Errorf("not stable after %v: %w", timeout, last)
 }
 
-func (b *bench) checkStable() (*lab.Node, error) {
-	h, err := b.c.Holders(lab.VIPv4)
+func (b *bench) checkStable() (*arplab.Node, error) {
+	h, err := b.c.Holders(arplab.VIPv4)
 	if err != nil {
 		return nil, err
 	}

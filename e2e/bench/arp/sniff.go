@@ -8,15 +8,14 @@ import (
 	"net"
 	"time"
 
+	"github.com/caplb/caplb/e2e/lab/arplab"
 	"github.com/mdlayher/packet"
-
-	"github.com/caplb/caplb/e2e/lab"
 )
 
 // sniff prints, from the client's interface, every TCP reset and every ARP
 // packet about the VIP, with the sender's MAC: enough to tell which node's
 // kernel did what around a fault (-v).
-func sniff(c *lab.Cluster, macs map[string]string) error {
+func sniff(c *arplab.Cluster, macs map[string]string) error {
 	var conn *packet.Conn
 	err := c.Client.Do(func() error {
 		ifi, err := net.InterfaceByName("eth0")

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/bgplab"
 )
 
 // Lab settings, recorded in the output.
@@ -78,7 +79,7 @@ func TestBenchBGP(t *testing.T) {
 	if os.Getenv("CAPLB_BENCH_BGP") == "" {
 		t.Skip("benchmark: run it with `make bench-bgp`")
 	}
-	lab.SkipUnlessFRR(t)
+	bgplab.SkipUnlessFRR(t)
 	trials := 20
 	if v, err := strconv.Atoi(os.Getenv("BENCH_TRIALS")); err == nil && v > 0 {
 		trials = v
@@ -96,8 +97,8 @@ func TestBenchBGP(t *testing.T) {
 		}
 	}
 	l := lab.NewT(t, "bgpbench")
-	c, err := lab.StartBGPCluster(l, lab.BGPClusterOptions{
-		Routed: lab.RoutedOptions{Nodes: 3}, AgentBinary: agentBin, StandinBinary: standinBin,
+	c, err := bgplab.StartBGPCluster(l, bgplab.BGPClusterOptions{
+		Routed: bgplab.RoutedOptions{Nodes: 3}, AgentBinary: agentBin, StandinBinary: standinBin,
 		HoldTime: holdTime, HealthInterval: healthInterval, HealthFall: healthFall, Drain: drain,
 	})
 	if err != nil {
@@ -122,26 +123,26 @@ func TestBenchBGP(t *testing.T) {
 	res.ECMPSpread = b.spread(900)
 	t.Logf("ECMP spread over 900 connections: %v", res.ECMPSpread)
 
-	load := lab.StartLoad(c.Client, netip.AddrPortFrom(b.vip, uint16(c.Port)).String(), loadWorkers, loadInterval)
+	load := bgplab.StartLoad(c.Client, netip.AddrPortFrom(b.vip, uint16(c.Port)).String(), loadWorkers, loadInterval)
 	b.load = load
 
-	res.HealthFailure = b.run("health_failure", trials, func(m *lab.BGPMember) {
+	res.HealthFailure = b.run("health_failure", trials, func(m *bgplab.BGPMember) {
 		b.must(m.FailHealth(true))
-	}, func(m *lab.BGPMember, _ time.Time) {
+	}, func(m *bgplab.BGPMember, _ time.Time) {
 		b.must(m.FailHealth(false))
 	})
 	res.Graceful = b.runGraceful(trials)
-	res.HardKill = b.run("hard_kill", trials, func(m *lab.BGPMember) {
+	res.HardKill = b.run("hard_kill", trials, func(m *bgplab.BGPMember) {
 		b.must(m.Agent.Signal(syscall.SIGKILL))
-	}, func(m *lab.BGPMember, _ time.Time) {
+	}, func(m *bgplab.BGPMember, _ time.Time) {
 		<-m.Agent.Done()
 		b.must(m.StartAgent())
 	})
 	res.HardKill.HoldTimeMs = float64(holdTime.Milliseconds())
 	res.HardKill.Note = "agent SIGKILLed: the kernel closes its TCP sessions, so the router drops the routes at once, not after the hold time"
-	res.Frozen = b.run("frozen_agent", trials, func(m *lab.BGPMember) {
+	res.Frozen = b.run("frozen_agent", trials, func(m *bgplab.BGPMember) {
 		b.must(m.Agent.Signal(syscall.SIGSTOP))
-	}, func(m *lab.BGPMember, _ time.Time) {
+	}, func(m *bgplab.BGPMember, _ time.Time) {
 		b.must(m.Agent.Signal(syscall.SIGCONT))
 	})
 	res.Frozen.HoldTimeMs = float64(holdTime.Milliseconds())
@@ -186,10 +187,10 @@ func TestBenchBGP(t *testing.T) {
 
 type bench struct {
 	t      *testing.T
-	c      *lab.BGPCluster
-	fib    *lab.FIB
+	c      *bgplab.BGPCluster
+	fib    *bgplab.FIB
 	vip    netip.Addr
-	load   *lab.Load
+	load   *bgplab.Load
 	events []event
 }
 
@@ -204,7 +205,7 @@ func (b *bench) mark(format string, args ...any) {
 }
 
 // explain logs every failed connect of the run with the step it followed.
-func (b *bench) explain(all []lab.Attempt) {
+func (b *bench) explain(all []bgplab.Attempt) {
 	for _, a := range all {
 		if a.Err == nil {
 			continue
@@ -232,17 +233,17 @@ func (b *bench) waitHops(n int) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
-	if _, hops, err := b.fib.WaitNextHops(ctx, lab.HostPrefix(b.vip), func(h []netip.Addr) bool { return len(h) == n }); err != nil {
+	if _, hops, err := b.fib.WaitNextHops(ctx, bgplab.HostPrefix(b.vip), func(h []netip.Addr) bool { return len(h) == n }); err != nil {
 		b.t.Fatalf("waiting for %d next hops (have %v): %v", n, hops, err)
 	}
 }
 
 // withdrawn waits until m's next hop left the VIP's route and returns when it did.
-func (b *bench) withdrawn(m *lab.BGPMember) time.Time {
+func (b *bench) withdrawn(m *bgplab.BGPMember) time.Time {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), holdTime+5*time.Second)
 	defer cancel()
-	at, hops, err := b.fib.WaitNextHops(ctx, lab.HostPrefix(b.vip), func(h []netip.Addr) bool { return !slices.Contains(h, m.IPv4) })
+	at, hops, err := b.fib.WaitNextHops(ctx, bgplab.HostPrefix(b.vip), func(h []netip.Addr) bool { return !slices.Contains(h, m.IPv4) })
 	if err != nil {
 		b.t.Fatalf("%s's route did not leave the FIB (next hops %v): %v", m.Name, hops, err)
 	}
@@ -251,7 +252,7 @@ func (b *bench) withdrawn(m *lab.BGPMember) time.Time {
 
 // run injects fault into a member (round robin), times the route's removal, counts failed
 // connects, repairs and waits until every member is back.
-func (b *bench) run(name string, trials int, fault func(*lab.BGPMember), repair func(*lab.BGPMember, time.Time)) *Scenario {
+func (b *bench) run(name string, trials int, fault func(*bgplab.BGPMember), repair func(*bgplab.BGPMember, time.Time)) *Scenario {
 	s := &Scenario{Trials: trials}
 	for i := 0; i < trials; i++ {
 		m := b.c.Members[i%len(b.c.Members)]

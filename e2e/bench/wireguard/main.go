@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 )
 
 // Load shape: 4 clients, each sending a request on a fresh connection every ~5 ms; a client

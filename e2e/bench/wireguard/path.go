@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caplb/caplb/e2e/wireguard/wglab"
+	"github.com/caplb/caplb/e2e/lab/wglab"
 )
 
 // measurePath compares the gateway path with a direct one: the same stand-in API server run on
@@ -29,12 +29,12 @@ func measurePath(w *wglab.Lab, res *Result) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	cert, key, err := w.CA.APIServerCert(dir, "direct", gw.Addr.AsSlice())
+	cert, key, err := w.CA.IssueServing(dir, "direct", "direct", gw.Addr.String())
 	if err != nil {
 		return err
 	}
 	direct := net.JoinHostPort(gw.Addr.String(), "7443")
-	if _, err := gw.NS.Start("direct-apiserver", []string{w.Bins.Standin, "-name", "direct", "-listen", direct,
+	if _, err := gw.NS.Start("direct-apiserver", []string{w.Bins.Standin, "-name", "direct", "-api-listen", direct,
 		"-cert", cert, "-key", key}, nil); err != nil {
 		return err
 	}

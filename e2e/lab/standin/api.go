@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -11,13 +10,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/caplb/caplb/e2e/lab/standin/server"
 )
-
-// NodeHeader names the node that answered, on every API response.
-const NodeHeader = "X-Caplb-Lab-Node"
-
-// streamEvery is the watch-like stream's line interval.
-const streamEvery = 50 * time.Millisecond
 
 // serveAPI runs the HTTPS API server on addr until SIGTERM or SIGINT, then
 // shuts it down gracefully within grace. Without addr it just waits for the
@@ -33,11 +28,11 @@ func serveAPI(addr, name, cert, key string, grace time.Duration, readyz http.Han
 	// running handlers, so they watch this context.
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
-	srv := &http.Server{Addr: addr, Handler: apiHandler(name, readyz, stopping), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: server.Handler(name, readyz, stopping), ReadHeaderTimeout: 5 * time.Second}
 	srv.RegisterOnShutdown(stop)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServeTLS(cert, key) }()
-	log.Printf("standin %s: api https://%s (/readyz, /version, /stream)", name, addr)
+	log.Printf("standin %s: api https://%s (/readyz, /livez, /version, /stream, /name, /bytes)", name, addr)
 	select {
 	case err := <-errc:
 		return err
@@ -54,42 +49,4 @@ func serveAPI(addr, name, cert, key string, grace time.Duration, readyz http.Han
 		return err
 	}
 	return nil
-}
-
-func apiHandler(name string, readyz http.HandlerFunc, stopping context.Context) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/readyz", readyz)
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	version, _ := json.Marshal(map[string]string{
-		"major": "1", "minor": "36", "gitVersion": "v1.36.3-caplb-lab", "platform": "linux/amd64", "node": name,
-	})
-	mux.HandleFunc("/version", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(version)
-	})
-	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		rc := http.NewResponseController(w)
-		t := time.NewTicker(streamEvery)
-		defer t.Stop()
-		for seq := 1; ; seq++ {
-			if _, err := fmt.Fprintf(w, "%s %d\n", name, seq); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
-				return
-			}
-			select {
-			case <-r.Context().Done():
-				return
-			case <-stopping.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(NodeHeader, name)
-		mux.ServeHTTP(w, r)
-	})
 }

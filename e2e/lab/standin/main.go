@@ -6,8 +6,8 @@
 //
 // With -api-listen it is instead one HTTPS server shaped like an apiserver
 // for a real HTTP client on the VIP (the lifecycle lab): /readyz, /version
-// (JSON naming the node) and /stream (a watch-like chunked response), every
-// response carrying the header X-Caplb-Lab-Node; SIGTERM shuts it down
+// (JSON naming the node), /stream (a watch-like chunked response), /name and
+// /bytes (see package server), every response carrying the header X-Caplb-Lab-Node; SIGTERM shuts it down
 // gracefully, ending streams cleanly, as a real apiserver ends its watches.
 package main
 
@@ -18,8 +18,9 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
 	"time"
+
+	"github.com/caplb/caplb/e2e/lab/standin/server"
 )
 
 func main() {
@@ -65,15 +66,7 @@ func main() {
 		go serveEcho(eln, *name)
 	}
 
-	readyzHandler := func(w http.ResponseWriter, _ *http.Request) {
-		if *failFile != "" {
-			if _, err := os.Stat(*failFile); err == nil {
-				http.Error(w, "[-]stand-in failing on demand", http.StatusInternalServerError)
-				return
-			}
-		}
-		fmt.Fprintln(w, "ok")
-	}
+	readyzHandler := server.Readyz(*failFile)
 	if *readyz != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/readyz", readyzHandler)

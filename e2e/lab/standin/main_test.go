@@ -18,6 +18,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/standin/server"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // The stand-in as the labs run it: built, started, spoken to over TLS with
@@ -25,7 +27,7 @@ import (
 // name "kubernetes", as the agents do).
 type fixture struct {
 	bin    string
-	pki    lab.PKI
+	pki    testpki.PKI
 	client *http.Client
 }
 
@@ -36,7 +38,7 @@ func setup(t *testing.T) fixture {
 	f := fixture{bin: filepath.Join(dir, "standin")}
 	g.Expect(lab.BuildBinary("./e2e/lab/standin", f.bin)).To(Succeed())
 	var err error
-	f.pki, err = lab.WriteTestPKI(dir, "10.44.0.100")
+	f.pki, err = testpki.WriteTestPKI(dir, "10.44.0.100")
 	g.Expect(err).NotTo(HaveOccurred())
 	ca, err := os.ReadFile(f.pki.CAFile)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -85,7 +87,7 @@ func TestAPIServer(t *testing.T) {
 
 	resp, err := f.client.Get(base + "/version")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(resp.Header.Get(NodeHeader)).To(Equal("n1"))
+	g.Expect(resp.Header.Get(server.NodeHeader)).To(Equal("n1"))
 	var v map[string]string
 	g.Expect(json.NewDecoder(resp.Body).Decode(&v)).To(Succeed())
 	resp.Body.Close()
@@ -102,7 +104,7 @@ func TestAPIServer(t *testing.T) {
 	resp, err = sc.Get(base + "/stream")
 	g.Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
-	g.Expect(resp.Header.Get(NodeHeader)).To(Equal("n1"))
+	g.Expect(resp.Header.Get(server.NodeHeader)).To(Equal("n1"))
 	r := bufio.NewReader(resp.Body)
 	start := time.Now()
 	for _, want := range []string{"n1 1\n", "n1 2\n", "n1 3\n"} {

@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // TestObserveHandoverInNamespaces runs the observers as the lifecycle lab
@@ -42,7 +43,7 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	dir := l.Dir()
 	bin := filepath.Join(dir, "standin")
 	g.Expect(lab.BuildBinary("./e2e/lab/standin", bin)).To(Succeed())
-	pki, err := lab.WriteTestPKI(dir, vip)
+	pki, err := testpki.WriteTestPKI(dir, vip)
 	g.Expect(err).NotTo(HaveOccurred())
 	ca, err := os.ReadFile(pki.CAFile)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/testpki"
 )
 
 // The Prober against the real stand-in API server on loopback, with a
@@ -23,7 +24,7 @@ func TestProberAgainstStandin(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "standin")
 	g.Expect(lab.BuildBinary("./e2e/lab/standin", bin)).To(Succeed())
-	pki, err := lab.WriteTestPKI(dir, "10.44.0.100")
+	pki, err := testpki.WriteTestPKI(dir, "10.44.0.100")
 	g.Expect(err).NotTo(HaveOccurred())
 	ca, err := os.ReadFile(pki.CAFile)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -1,6 +1,6 @@
 //go:build linux
 
-package lab
+package bgplab
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/testpki"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -27,7 +29,7 @@ import (
 type BGPClusterOptions struct {
 	Routed RoutedOptions
 	// AgentBinary and StandinBinary are built binaries of ./cmd/caplb-agent and ./e2e/lab/standin
-	// (BuildBinary).
+	// (lab.BuildBinary).
 	AgentBinary, StandinBinary string
 	// VIPs default to 10.0.0.100 (and fd00:100::100 when Routed.IPv6).
 	VIPs []netip.Addr
@@ -49,7 +51,7 @@ type BGPCluster struct {
 	VIPs    []netip.Addr
 	Port    int
 	opts    BGPClusterOptions
-	pki     PKI
+	pki     testpki.PKI
 }
 
 // BGPMember is one node's processes.
@@ -57,7 +59,7 @@ type BGPMember struct {
 	*RoutedNode
 	// ConfigPath is the agent's configuration file; FailFile fails /readyz while it exists.
 	ConfigPath, FailFile string
-	Agent, Standin       *Process
+	Agent, Standin       *lab.Process
 	cluster              *BGPCluster
 	agentRuns            int
 }
@@ -67,7 +69,7 @@ const adminListen = "127.0.0.1:7473"
 
 // StartBGPCluster builds the lab, writes every node's configuration and starts the stand-in
 // API servers and agents. It does not wait for routes.
-func StartBGPCluster(l *Lab, opts BGPClusterOptions) (*BGPCluster, error) {
+func StartBGPCluster(l *lab.Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 	if opts.AgentBinary == "" || opts.StandinBinary == "" {
 		return nil, fmt.Errorf("bgp cluster: AgentBinary and StandinBinary are required")
 	}
@@ -100,7 +102,7 @@ func StartBGPCluster(l *Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 	for _, v := range opts.VIPs {
 		hosts = append(hosts, v.String())
 	}
-	pki, err := WriteTestPKI(l.Dir(), hosts...)
+	pki, err := testpki.WriteTestPKI(l.Dir(), hosts...)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +284,7 @@ func (m *BGPMember) controlSocket() string {
 func (m *BGPMember) admin(ctx context.Context, method, path string) ([]byte, error) {
 	client, base := m.NS.HTTPClient(2*time.Second), "http://"+adminListen
 	if method != http.MethodGet {
-		client, base = UnixHTTPClient(m.controlSocket(), 2*time.Second), "http://agent"
+		client, base = lab.UnixHTTPClient(m.controlSocket(), 2*time.Second), "http://agent"
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {

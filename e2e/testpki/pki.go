@@ -1,4 +1,7 @@
-package lab
+// Package testpki is the one test PKI of the e2e suites: a cluster CA and API server serving
+// certificates shaped like kubeadm's (its DNS names, the service IP, the node's name and
+// addresses, and no loopback address). Portable: unit tests without root use it too.
+package testpki
 
 import (
 	"crypto/ecdsa"
@@ -63,7 +66,7 @@ func NewCA(dir string) (*CA, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("lab pki: CA: %w", err)
+		return nil, fmt.Errorf("testpki: CA: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -71,21 +74,23 @@ func NewCA(dir string) (*CA, error) {
 	}
 	ca := &CA{CertFile: filepath.Join(dir, "ca.crt"), PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		cert: cert, key: key}
-	if err := os.WriteFile(ca.CertFile, ca.PEM, 0o600); err != nil {
+	// Modes as kubeadm writes them: certificates 0644, keys 0600.
+	if err := os.WriteFile(ca.CertFile, ca.PEM, 0o644); err != nil {
 		return nil, err
 	}
 	return ca, nil
 }
 
 // IssueServing writes an API server serving certificate and key shaped like kubeadm's (see
-// PKI) to dir/<name>.crt and dir/<name>.key; hosts are further SANs.
+// PKI) to dir/<name>.crt and dir/<name>.key; hosts are further SANs: kubeadm's own are the
+// node's name and its advertise address (and the controlPlaneEndpoint's host, when set).
 func (ca *CA) IssueServing(dir, name string, hosts ...string) (certFile, keyFile string, err error) {
 	dns := append([]string(nil), KubeadmServingDNSNames...)
 	ips := []net.IP{net.ParseIP("10.96.0.1")}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			if ip.IsLoopback() {
-				return "", "", fmt.Errorf("lab pki: %s: kubeadm's certificates carry no loopback address; neither do the lab's", h)
+				return "", "", fmt.Errorf("testpki: %s: kubeadm's certificates carry no loopback address; neither do the lab's", h)
 			}
 			ips = append(ips, ip)
 		} else {
@@ -110,20 +115,18 @@ func (ca *CA) IssueServing(dir, name string, hosts ...string) (certFile, keyFile
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return "", "", fmt.Errorf("lab pki: %s: %w", name, err)
+		return "", "", fmt.Errorf("testpki: %s: %w", name, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		return "", "", err
 	}
 	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	for path, block := range map[string]*pem.Block{
-		certFile: {Type: "CERTIFICATE", Bytes: der},
-		keyFile:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-			return "", "", err
-		}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return "", "", err
 	}
 	return certFile, keyFile, nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package lab
+package bgplab
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caplb/caplb/e2e/lab"
 )
 
 // FRR daemons as the Debian package frr installs them (mk/bgp.mk: `make frr`).
@@ -31,25 +33,15 @@ const (
 // not a reason to report the BGP lab as passing.
 func SkipUnlessFRR(t testing.TB) {
 	t.Helper()
-	SkipUnlessRoot(t)
+	lab.SkipUnlessRoot(t)
 	for _, bin := range []string{frrZebra, frrBGPD} {
 		if _, err := os.Stat(bin); err != nil {
-			SkipOrFailInCI(t, "needs FRR (%s missing): run `make frr` (apt-get install frr)", bin)
+			lab.SkipOrFailInCI(t, "needs FRR (%s missing): run `make frr` (apt-get install frr)", bin)
 		}
 	}
 	if _, err := exec.LookPath("vtysh"); err != nil {
-		SkipOrFailInCI(t, "needs FRR's vtysh: run `make frr` (apt-get install frr)")
+		lab.SkipOrFailInCI(t, "needs FRR's vtysh: run `make frr` (apt-get install frr)")
 	}
-}
-
-// SkipOrFailInCI skips t with the reason, except under CI (the CI environment variable set),
-// where `make test` installs every prerequisite and a missing one must fail the run.
-func SkipOrFailInCI(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI: "+format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // FRRNeighbor is a BGP neighbour of the lab router.
@@ -84,18 +76,18 @@ type FRRConfig struct {
 // directory of the lab, and each instance has its own path space (-N), so several FRRs (and
 // the system's own, if any) never share a socket.
 type FRR struct {
-	ns    *Netns
+	ns    *lab.Netns
 	name  string
 	dir   string
 	cfg   FRRConfig
-	zebra *Process
-	bgpd  *Process
+	zebra *lab.Process
+	bgpd  *lab.Process
 }
 
 // StartFRR writes the configuration and starts zebra then bgpd in ns. It returns once bgpd
 // answers on its vty. The daemons run as the frr user (FRR refuses to run its vty as root
 // outside the frrvty group); the lab directory is made traversable for it.
-func StartFRR(ns *Netns, name string, cfg FRRConfig) (*FRR, error) {
+func StartFRR(ns *lab.Netns, name string, cfg FRRConfig) (*FRR, error) {
 	if cfg.Keepalive == 0 {
 		cfg.Keepalive = time.Second
 	}
@@ -105,7 +97,7 @@ func StartFRR(ns *Netns, name string, cfg FRRConfig) (*FRR, error) {
 	if cfg.MaximumPaths == 0 {
 		cfg.MaximumPaths = 16
 	}
-	l := ns.lab
+	l := ns.Lab()
 	u, err := user.Lookup(frrUser)
 	if err != nil {
 		return nil, fmt.Errorf("frr: user %s: %w (is the frr package installed?)", frrUser, err)
@@ -158,7 +150,7 @@ func StartFRR(ns *Netns, name string, cfg FRRConfig) (*FRR, error) {
 }
 
 func (f *FRR) startBGPD() error {
-	l := f.ns.lab
+	l := f.ns.Lab()
 	argv := []string{frrBGPD,
 		"-N", l.Name() + "-" + f.name,
 		"-f", filepath.Join(f.dir, "bgpd.conf"),
@@ -184,7 +176,7 @@ func (f *FRR) waitVty(daemon, cmd string) error {
 			p = f.bgpd
 		}
 		if exited, werr := p.Exited(); exited {
-			return fmt.Errorf("frr %s: %s exited: %v (see %s)", f.name, daemon, werr, f.ns.lab.LogPath(p.Name()))
+			return fmt.Errorf("frr %s: %s exited: %v (see %s)", f.name, daemon, werr, f.ns.Lab().LogPath(p.Name()))
 		}
 		if _, last = f.Vtysh(context.Background(), "-d", daemon, "-c", cmd); last == nil {
 			return nil
@@ -252,7 +244,7 @@ func (f *FRR) bgpdConf() string {
 
 // BGPDLog is bgpd's log so far (every run of it).
 func (f *FRR) BGPDLog() string {
-	b, _ := os.ReadFile(f.ns.lab.LogPath(f.name + "-bgpd"))
+	b, _ := os.ReadFile(f.ns.Lab().LogPath(f.name + "-bgpd"))
 	return string(b)
 }
 
@@ -377,7 +369,7 @@ func (f *FRR) RestartBGPD() error {
 // Stop ends bgpd and zebra (SIGTERM, then SIGKILL).
 func (f *FRR) Stop() error {
 	var errs []error
-	for _, p := range []*Process{f.bgpd, f.zebra} {
+	for _, p := range []*lab.Process{f.bgpd, f.zebra} {
 		if p == nil {
 			continue
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package lab
+package bgplab
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caplb/caplb/e2e/lab"
 )
 
 // Attempt is one client connection: connect, read the answering node's name, close.
@@ -36,7 +38,7 @@ type Load struct {
 // StartLoad starts workers that each connect to target every interval (staggered), with a
 // timeout of one second per attempt. Each worker lives on its own OS thread inside ns, so its
 // sockets are created there.
-func StartLoad(ns *Netns, target string, workers int, interval time.Duration) *Load {
+func StartLoad(ns *lab.Netns, target string, workers int, interval time.Duration) *Load {
 	l := &Load{stop: make(chan struct{})}
 	for w := 0; w < workers; w++ {
 		offset := time.Duration(w) * interval / time.Duration(workers)

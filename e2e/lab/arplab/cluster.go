@@ -1,6 +1,6 @@
 //go:build linux
 
-package lab
+package arplab
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/testpki"
 
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/yaml"
@@ -71,12 +73,12 @@ type ClusterOptions struct {
 
 // Cluster is a switch, N control-plane nodes and a client.
 type Cluster struct {
-	Lab    *Lab
-	Switch *Netns
-	Client *Netns
+	Lab    *lab.Lab
+	Switch *lab.Netns
+	Client *lab.Netns
 	Nodes  []*Node
 	VIPs   []netip.Addr
-	PKI    PKI
+	PKI    testpki.PKI
 	// GossipKey is the key file every agent uses (mode 0600).
 	GossipKey string
 	opts      ClusterOptions
@@ -85,12 +87,12 @@ type Cluster struct {
 // Node is one control-plane node of the lab.
 type Node struct {
 	Name    string
-	NS      *Netns
+	NS      *lab.Netns
 	Addr4   netip.Addr
 	Addr6   netip.Addr
 	Port    string // its port on the switch bridge
-	Agent   *Process
-	Standin *Process
+	Agent   *lab.Process
+	Standin *lab.Process
 	Config  string // agent config path
 	nl      *netlink.Handle
 	fail    string // stand-in fail file
@@ -101,7 +103,7 @@ type Node struct {
 
 // StartCluster builds the topology and starts a stand-in apiserver and the
 // real agent in every node.
-func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
+func StartCluster(l *lab.Lab, opts ClusterOptions) (*Cluster, error) {
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
 	}
@@ -117,10 +119,10 @@ func StartCluster(l *Lab, opts ClusterOptions) (*Cluster, error) {
 	for _, v := range c.VIPs {
 		hosts = append(hosts, v.String())
 	}
-	if c.PKI, err = WriteTestPKI(l.Dir(), hosts...); err != nil {
+	if c.PKI, err = testpki.WriteTestPKI(l.Dir(), hosts...); err != nil {
 		return nil, err
 	}
-	if c.GossipKey, err = WriteGossipKey(filepath.Join(l.Dir(), "gossip.key")); err != nil {
+	if c.GossipKey, err = lab.WriteGossipKey(filepath.Join(l.Dir(), "gossip.key")); err != nil {
 		return nil, err
 	}
 	if c.Switch, err = l.AddNamespace("sw"); err != nil {
@@ -272,7 +274,9 @@ func (n *Node) Status(ctx context.Context) (agent.Status, error) {
 
 // ControlSocket is the node's agent control socket (a path on the host:
 // the lab's nodes share one filesystem, so each has its own).
-func (n *Node) ControlSocket(l *Lab) string { return filepath.Join(l.Dir(), n.Name+"-control.sock") }
+func (n *Node) ControlSocket(l *lab.Lab) string {
+	return filepath.Join(l.Dir(), n.Name+"-control.sock")
+}
 
 // Admin sends method to the agent's admin path and returns the status
 // code: GET to the read-only listener, anything else (POST/DELETE
@@ -280,7 +284,7 @@ func (n *Node) ControlSocket(l *Lab) string { return filepath.Join(l.Dir(), n.Na
 func (n *Node) Admin(ctx context.Context, method, path string) (int, error) {
 	client, base := n.http, "http://"+AdminAddr
 	if method != http.MethodGet {
-		client, base = UnixHTTPClient(n.socket, 2*time.Second), "http://agent"
+		client, base = lab.UnixHTTPClient(n.socket, 2*time.Second), "http://agent"
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {

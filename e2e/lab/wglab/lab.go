@@ -23,7 +23,7 @@ import (
 	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
 
 	"github.com/caplb/caplb/e2e/lab"
-	"github.com/caplb/caplb/e2e/wireguard/apiserver"
+	"github.com/caplb/caplb/e2e/testpki"
 	"github.com/caplb/caplb/modes/wireguard"
 )
 
@@ -58,7 +58,7 @@ func BuildBinaries() (Binaries, func(), error) {
 	}
 	cleanup := func() { os.RemoveAll(dir) }
 	b := Binaries{Agent: filepath.Join(dir, "caplb-agent"), Standin: filepath.Join(dir, "standin")}
-	for pkg, out := range map[string]string{"./cmd/caplb-agent": b.Agent, "./e2e/wireguard/standin": b.Standin} {
+	for pkg, out := range map[string]string{"./cmd/caplb-agent": b.Agent, "./e2e/lab/standin": b.Standin} {
 		if err := lab.BuildBinary(pkg, out); err != nil {
 			cleanup()
 			return Binaries{}, func() {}, err
@@ -81,7 +81,7 @@ type Options struct {
 type Lab struct {
 	L        *lab.Lab
 	Bins     Binaries
-	CA       *apiserver.CA
+	CA       *testpki.CA
 	Client   *lab.Netns
 	NAT      *lab.Netns
 	Gateways []*Gateway
@@ -116,12 +116,12 @@ func Start(l *lab.Lab, bins Binaries, o Options) (*Lab, error) {
 		o.Members = 3
 	}
 	w := &Lab{L: l, Bins: bins}
-	ca, err := apiserver.NewCA(l.Dir())
+	ca, err := testpki.NewCA(l.Dir())
 	if err != nil {
 		return nil, err
 	}
 	w.CA = ca
-	pem, _ := os.ReadFile(ca.File)
+	pem, _ := os.ReadFile(ca.CertFile)
 	w.roots = x509.NewCertPool()
 	w.roots.AppendCertsFromPEM(pem)
 	token := filepath.Join(l.Dir(), "join-token")
@@ -148,7 +148,7 @@ health:
   caFile: %s
 admin:
   listen: "%s"
-`, g.Name, g.Addr, APIPort, WGPort, dir, cmp.Or(o.Device, "netstack"), g.Addr, RegPort, token, dir, ca.File, GWAdmin) + o.GatewayExtra
+`, g.Name, g.Addr, APIPort, WGPort, dir, cmp.Or(o.Device, "netstack"), g.Addr, RegPort, token, dir, ca.CertFile, GWAdmin) + o.GatewayExtra
 		if err := writeFile(g.cfg, y); err != nil {
 			return nil, err
 		}
@@ -176,7 +176,7 @@ admin:
 		if err := writeFile(m.cfg, y); err != nil {
 			return nil, err
 		}
-		cert, key, err := ca.APIServerCert(dir, m.Name, m.Addr.AsSlice())
+		cert, key, err := ca.IssueServing(dir, m.Name, m.Name, m.Addr.String())
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +184,7 @@ admin:
 		if o.Device == "tun" {
 			listen = fmt.Sprintf(":%d", APIPort) // all addresses: the tunnel's connections come straight in
 		}
-		m.Standin, err = m.NS.Start(m.Name+"-apiserver", []string{bins.Standin, "-name", m.Name, "-listen",
+		m.Standin, err = m.NS.Start(m.Name+"-apiserver", []string{bins.Standin, "-name", m.Name, "-api-listen",
 			listen, "-cert", cert, "-key", key, "-fail-file", m.FailFile}, nil)
 		if err != nil {
 			return nil, err

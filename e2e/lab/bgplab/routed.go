@@ -1,6 +1,6 @@
 //go:build linux
 
-package lab
+package bgplab
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/caplb/caplb/e2e/lab"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -38,10 +39,10 @@ type RoutedOptions struct {
 //	client (10.20.0.2) --- cli [router, AS 64500] n1 --- eth0 node1 (10.10.1.2)
 //	                                              n2 --- eth0 node2 (10.10.2.2) ...
 type Routed struct {
-	Lab    *Lab
-	Router *Netns
+	Lab    *lab.Lab
+	Router *lab.Netns
 	FRR    *FRR
-	Client *Netns
+	Client *lab.Netns
 	Nodes  []*RoutedNode
 	// ClientIPv4/6 are the client's addresses.
 	ClientIPv4, ClientIPv6 netip.Addr
@@ -53,7 +54,7 @@ type RoutedNode struct {
 	// Index is 1-based; Name is "node<Index>".
 	Index int
 	Name  string
-	NS    *Netns
+	NS    *lab.Netns
 	// IPv4/IPv6 are the node's addresses on its link ("eth0"); RouterIPv4/6 the router's.
 	IPv4, RouterIPv4 netip.Addr
 	IPv6, RouterIPv6 netip.Addr
@@ -63,7 +64,7 @@ type RoutedNode struct {
 
 // NewRouted builds the topology in l and starts FRR. Nodes have a default route via the
 // router; nothing is announced until the nodes' speakers start.
-func NewRouted(l *Lab, opts RoutedOptions) (*Routed, error) {
+func NewRouted(l *lab.Lab, opts RoutedOptions) (*Routed, error) {
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
 	}
@@ -102,7 +103,7 @@ func NewRouted(l *Lab, opts RoutedOptions) (*Routed, error) {
 		return nil, err
 	}
 	for _, a := range []struct {
-		ns     *Netns
+		ns     *lab.Netns
 		ifName string
 		prefix string
 	}{
@@ -131,7 +132,7 @@ func NewRouted(l *Lab, opts RoutedOptions) (*Routed, error) {
 			return nil, err
 		}
 		for _, a := range []struct {
-			ns     *Netns
+			ns     *lab.Netns
 			ifName string
 			p      netip.Prefix
 		}{
@@ -167,7 +168,7 @@ func NewRouted(l *Lab, opts RoutedOptions) (*Routed, error) {
 	return r, nil
 }
 
-func addDefaultRoutes(ns *Netns, gw4, gw6 string) error {
+func addDefaultRoutes(ns *lab.Netns, gw4, gw6 string) error {
 	ctx := context.Background()
 	if _, err := ns.Run(ctx, "ip", "route", "add", "default", "via", gw4); err != nil {
 		return err
@@ -189,7 +190,7 @@ func (r *Routed) Node(a netip.Addr) *RoutedNode {
 // FIB reads the router's kernel routing table through netlink: what forwards the client's
 // packets, after bgpd and zebra did their part.
 type FIB struct {
-	ns *Netns
+	ns *lab.Netns
 	h  *netlink.Handle
 }
 
