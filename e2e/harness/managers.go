@@ -221,16 +221,16 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 		return nil, err
 	}
 	controllers.ClusterCacheRetry(cc, 2*time.Second)
-	vipOpts := vip.Options{Client: mgr.GetClient(), Workload: cc, AgentImage: AgentImage,
-		PendingPoll: 200 * time.Millisecond, Resync: 2 * time.Second}
+	// Tests wait on agents and gateways: look again soon.
+	polling := providers.Polling{PendingPoll: 200 * time.Millisecond, Resync: 2 * time.Second}
+	vipOpts := vip.Options{Client: mgr.GetClient(), Workload: cc, AgentImage: AgentImage, Polling: polling}
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		NodeTargetsNamespace:    o.NodeTargetsNamespace,
 		// A restarted manager registers the same controller name again in this process.
 		SkipNameValidation: true,
 		Backends: []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts), wireguard.New(wireguard.Options{
-			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentImage: AgentImage,
-			PendingPoll: 200 * time.Millisecond, Resync: 2 * time.Second})},
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentImage: AgentImage, Polling: polling})},
 		ClusterCache: cc,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up caplb controllers: %w", err)

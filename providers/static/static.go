@@ -49,8 +49,8 @@ type Dialer interface {
 type Backend struct {
 	// Dialer probes fixed endpoints; nil means a plain net.Dialer.
 	Dialer Dialer
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Now is the clock; nil reads the wall clock.
+	Now providers.Clock
 	// Notify, when set, is called with a LoadBalancer whose endpoint probe result changed; the
 	// backend then re-probes endpoints by itself and never asks for a periodic requeue (the
 	// controller reconciles on Notify). Nil: the reconcile is requeued every healthCheck.interval.
@@ -69,13 +69,6 @@ func New() *Backend { return &Backend{} }
 
 // Kind implements providers.Backend.
 func (b *Backend) Kind() string { return Kind }
-
-func (b *Backend) now() time.Time {
-	if b.Now != nil {
-		return b.Now()
-	}
-	return time.Now()
-}
 
 // Validate implements providers.Backend.
 func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
@@ -162,7 +155,7 @@ func (b *Backend) prober() *prober {
 				}
 			}
 		}
-		b.probes = newProber(d, b.now, notify)
+		b.probes = newProber(d, b.Now.Now, notify)
 	})
 	return b.probes
 }
@@ -266,7 +259,7 @@ func (b *Backend) Quiesce(_ context.Context, lb *lbv1.LoadBalancer, m providers.
 		preferredAddress(m, addressTypes(lb)) == lb.Status.Endpoint.Host {
 		return providers.QuiesceStatus{RequeueAfter: quiescePoll}, nil
 	}
-	left := lb.Spec.Quiesce.EffectiveDrainPeriod() - b.now().Sub(m.Since)
+	left := lb.Spec.Quiesce.EffectiveDrainPeriod() - b.Now.Now().Sub(m.Since)
 	if left > 0 {
 		return providers.QuiesceStatus{RequeueAfter: left}, nil
 	}

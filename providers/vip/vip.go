@@ -24,18 +24,6 @@ import (
 	"github.com/caplb/caplb/providers"
 )
 
-// Defaults of Options.
-const (
-	// DefaultStaleAfter: an agent report older than this counts as silence. Agents rewrite their
-	// report at least every nodeAPI.resyncInterval (10s by default).
-	DefaultStaleAfter = 45 * time.Second
-	// DefaultPendingPoll is how soon Ensure and Quiesce look again while they wait on agents.
-	DefaultPendingPoll = time.Second
-	// DefaultResync is how soon Ensure looks again when nothing is pending, to notice agents
-	// that fell silent (a watch sees reports change, not stop).
-	DefaultResync = 15 * time.Second
-)
-
 // Options are the backend's dependencies.
 type Options struct {
 	// Client reads and writes the management cluster (LoadBalancers' claims, Secrets). It must
@@ -46,10 +34,10 @@ type Options struct {
 	// AgentImage is the agent's image when spec.backend.<kind>.agent.image is empty (the
 	// manager's --agent-image).
 	AgentImage string
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// StaleAfter, PendingPoll, Resync: zero takes the defaults above.
-	StaleAfter, PendingPoll, Resync time.Duration
+	// Now is the clock; nil reads the wall clock.
+	Now providers.Clock
+	// Polling paces the waits on node-side reports; zero fields take providers' defaults.
+	providers.Polling
 }
 
 // Backend serves one kind ("arp" or "bgp"). Both kinds' backends may share one Options.
@@ -74,31 +62,14 @@ func NewBGP(o Options) *Backend { return &Backend{kind: lbv1.BackendBGP, opts: o
 // Kind implements providers.Backend.
 func (b *Backend) Kind() string { return b.kind }
 
-func (b *Backend) now() time.Time {
-	if b.opts.Now != nil {
-		return b.opts.Now()
-	}
-	return time.Now()
-}
-
-func (b *Backend) staleAfter() time.Duration { return orDuration(b.opts.StaleAfter, DefaultStaleAfter) }
-func (b *Backend) pendingPoll() time.Duration {
-	return orDuration(b.opts.PendingPoll, DefaultPendingPoll)
-}
-func (b *Backend) resync() time.Duration { return orDuration(b.opts.Resync, DefaultResync) }
-
-func orDuration(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
+func (b *Backend) staleAfter() time.Duration  { return b.opts.StaleAfterOrDefault() }
+func (b *Backend) pendingPoll() time.Duration { return b.opts.PendingPollOrDefault() }
+func (b *Backend) resync() time.Duration      { return b.opts.ResyncOrDefault() }
 
 // Ensure implements providers.Backend: the VIP first (published as soon as it is known, before
 // any Machine exists), then the bootstrap Secret and, once members have Nodes, one membership
 // step and the Node annotations.
 func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []providers.Member) (providers.EndpointStatus, error) {
-	log := ctrl.LoggerFrom(ctx)
 	st := providers.EndpointStatus{InRotation: map[string]bool{}}
 	addr, err := b.resolveAddress(ctx, lb)
 	if err != nil {
@@ -119,68 +90,120 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 		return st, err
 	}
 	cands := candidates(members)
-	var (
-		wl    client.Client
-		wlErr error
-		vs    = views{}
-		nodes = map[string]*corev1.Node{}
-	)
-	if len(cands) > 0 || len(cur.Members) > 0 {
-		if wl, wlErr = b.workload(ctx, lb); wlErr == nil {
-			names := make([]string, 0, len(cands)+len(cur.Members))
-			for _, c := range cands {
-				names = append(names, c.node)
-			}
-			for _, m := range cur.Members {
-				names = append(names, m.Name)
-			}
-			if vs, nodes, wlErr = b.readViews(ctx, wl, names); wlErr != nil {
-				wl = nil
-			}
+	ag := b.readAgents(ctx, lb, cands, cur)
+	pending := pendingChange(cands, cur)
+	if ag.client != nil {
+		nm, issued, due, err := b.stepMembership(ctx, lb, sec, addr.vip, cur, cands, ag.views)
+		if err != nil {
+			return st, err
 		}
-	}
-
-	// Pending: something waits on an agent (a joiner's first report, a leaver's hand-over), so
-	// look again soon even if the workload Node watch is not connected yet.
-	pending := false
-	for _, c := range cands {
-		if (c.state == lbv1.TargetRemoving) == cur.Has(c.node) && c.state != lbv1.TargetRemoved {
-			pending = true
+		if issued != nil {
+			st.Events = append(st.Events, *issued)
 		}
-	}
-	if wl != nil {
-		want := desired(cur, cands, vs)
-		if nm, ch, ok := next(cur, want); ok {
-			pending = true
-			if vs.acknowledged(cur) {
-				if err := b.writeSecret(ctx, lb, sec, addr.vip, nm); err != nil {
-					return st, err
-				}
-				log.Info("Issued a new membership", "version", nm.Version, "change", ch.String(), "members", len(nm.Members))
-				st.Events = append(st.Events, providers.Event{Reason: "MembershipChanged",
-					Message: fmt.Sprintf("membership version %d: %s (%d members)", nm.Version, ch, len(nm.Members))})
-				cur = nm
-			}
-		}
+		pending = pending || due
+		cur = nm
 	}
 	if err := b.writeSecret(ctx, lb, sec, addr.vip, cur); err != nil {
 		return st, err
 	}
-
-	if wl == nil {
-		st.RotationUnknown = len(cands) > 0 || len(cur.Members) > 0
-		st.RequeueAfter = b.resync()
-		st.Reason, st.Message = lbv1.WaitingForEndpointReason, "the VIP is allocated; no agent report read yet"
-		if wlErr != nil {
-			st.Message = "the VIP is allocated; agents' reports cannot be read: " + wlErr.Error()
-		}
-		st.Conditions = append(st.Conditions, metav1.Condition{Type: lbv1.AgentsReadyCondition, Status: metav1.ConditionUnknown,
-			Reason: lbv1.WaitingForAgentsReason, Message: st.Message})
+	if ag.client == nil {
+		agentsUnread(&st, ag.err, len(cands) > 0 || len(cur.Members) > 0, b.resync())
 		return st, nil
 	}
+	if err := annotateNodes(ctx, ag.client, ag.nodes, cands, cur); err != nil {
+		return st, err
+	}
+	if b.reportRotation(&st, lb, members, addr.vip, cur, ag.views) {
+		pending = true
+	}
+	if pending {
+		st.RequeueAfter = b.pendingPoll()
+	} else {
+		st.RequeueAfter = b.resync()
+	}
+	return st, nil
+}
 
-	// Annotations: the membership on every candidate's Node (joiners learn it too), and a
-	// quiesce request on the Nodes of members that are out or leaving.
+// agents is what Ensure read of the members' agents: the workload cluster's client (nil when it
+// cannot be read, err saying why), each agent's view from its Node, and the Nodes.
+type agents struct {
+	client client.Client
+	err    error
+	views  views
+	nodes  map[string]*corev1.Node
+}
+
+// readAgents reads the Nodes of the candidates and of the current members, when there are any.
+func (b *Backend) readAgents(ctx context.Context, lb *lbv1.LoadBalancer, cands []candidate, cur agentv1.Membership) agents {
+	ag := agents{views: views{}, nodes: map[string]*corev1.Node{}}
+	if len(cands) == 0 && len(cur.Members) == 0 {
+		return ag
+	}
+	wl, err := b.workload(ctx, lb)
+	if err != nil {
+		ag.err = err
+		return ag
+	}
+	names := make([]string, 0, len(cands)+len(cur.Members))
+	for _, c := range cands {
+		names = append(names, c.node)
+	}
+	for _, m := range cur.Members {
+		names = append(names, m.Name)
+	}
+	vs, nodes, err := b.readViews(ctx, wl, names)
+	if err != nil {
+		ag.err = err
+		return ag
+	}
+	ag.client, ag.views, ag.nodes = wl, vs, nodes
+	return ag
+}
+
+// pendingChange reports whether something waits on an agent (a joiner's first report, a
+// leaver's hand-over), so that Ensure looks again soon even if the workload Node watch is not
+// connected yet.
+func pendingChange(cands []candidate, cur agentv1.Membership) bool {
+	for _, c := range cands {
+		if (c.state == lbv1.TargetRemoving) == cur.Has(c.node) && c.state != lbv1.TargetRemoved {
+			return true
+		}
+	}
+	return false
+}
+
+// stepMembership issues the next membership (one change at a time) once a majority of the
+// current one's members run it. It returns the membership in force, the event to record (nil
+// when none was issued), and whether a change is due (issued or waiting for that majority).
+func (b *Backend) stepMembership(ctx context.Context, lb *lbv1.LoadBalancer, sec *corev1.Secret, vip string,
+	cur agentv1.Membership, cands []candidate, vs views) (in agentv1.Membership, issued *providers.Event, due bool, err error) {
+	nm, ch, due := next(cur, desired(cur, cands, vs))
+	if !due || !vs.acknowledged(cur) {
+		return cur, nil, due, nil
+	}
+	if err := b.writeSecret(ctx, lb, sec, vip, nm); err != nil {
+		return cur, nil, due, err
+	}
+	ctrl.LoggerFrom(ctx).Info("Issued a new membership", "version", nm.Version, "change", ch.String(), "members", len(nm.Members))
+	return nm, &providers.Event{Reason: "MembershipChanged",
+		Message: fmt.Sprintf("membership version %d: %s (%d members)", nm.Version, ch, len(nm.Members))}, true, nil
+}
+
+// agentsUnread reports a VIP whose agents cannot be read (yet).
+func agentsUnread(st *providers.EndpointStatus, err error, haveMembers bool, resync time.Duration) {
+	st.RotationUnknown = haveMembers
+	st.RequeueAfter = resync
+	st.Reason, st.Message = lbv1.WaitingForEndpointReason, "the VIP is allocated; no agent report read yet"
+	if err != nil {
+		st.Message = "the VIP is allocated; agents' reports cannot be read: " + err.Error()
+	}
+	st.Conditions = append(st.Conditions, metav1.Condition{Type: lbv1.AgentsReadyCondition, Status: metav1.ConditionUnknown,
+		Reason: lbv1.WaitingForAgentsReason, Message: st.Message})
+}
+
+// annotateNodes writes the membership on every candidate's Node (joiners learn it too), and a
+// quiesce request on the Nodes of members that are out or leaving.
+func annotateNodes(ctx context.Context, wl client.Client, nodes map[string]*corev1.Node, cands []candidate, cur agentv1.Membership) error {
 	var errs []error
 	for _, c := range cands {
 		node := nodes[c.node]
@@ -196,10 +219,13 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return st, err
-	}
+	return errors.Join(errs...)
+}
 
+// reportRotation fills in who is in rotation, who serves the VIP and the AgentsReady condition;
+// it reports whether agents lag behind (or none runs yet), which Ensure polls for.
+func (b *Backend) reportRotation(st *providers.EndpointStatus, lb *lbv1.LoadBalancer, members []providers.Member,
+	vip string, cur agentv1.Membership, vs views) (lagging bool) {
 	for _, m := range members {
 		if m.NodeName != "" && vs.inRotation(cur, m.NodeName) {
 			st.InRotation[m.Name] = true
@@ -210,35 +236,28 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 	if lb.Spec.Backend.ARP != nil {
 		st.VIPOwner = holder
 	}
-	if st.Available {
-		st.Reason = lbv1.EndpointAvailableReason
-		if lb.Spec.Backend.BGP != nil {
-			st.Message = fmt.Sprintf("%s announces %s (membership version %d)", holder, addr.vip, cur.Version)
-		} else {
-			st.Message = fmt.Sprintf("%s holds %s (membership version %d)", holder, addr.vip, cur.Version)
-		}
-	} else {
-		st.Reason, st.Message = lbv1.WaitingForEndpointReason, "no member's agent reports serving the VIP "+addr.vip
+	switch {
+	case !st.Available:
+		st.Reason, st.Message = lbv1.WaitingForEndpointReason, "no member's agent reports serving the VIP "+vip
+	case lb.Spec.Backend.BGP != nil:
+		st.Reason, st.Message = lbv1.EndpointAvailableReason, fmt.Sprintf("%s announces %s (membership version %d)", holder, vip, cur.Version)
+	default:
+		st.Reason, st.Message = lbv1.EndpointAvailableReason, fmt.Sprintf("%s holds %s (membership version %d)", holder, vip, cur.Version)
 	}
-	acked, lagging := vs.acks(cur)
+	acked, behind := vs.acks(cur)
 	ready := metav1.Condition{Type: lbv1.AgentsReadyCondition, Status: metav1.ConditionTrue, Reason: lbv1.AgentsReadyReason,
 		Message: fmt.Sprintf("%d of %d members run membership version %d", acked, len(cur.Members), cur.Version)}
-	if len(lagging) > 0 || len(cur.Members) == 0 {
+	if len(behind) > 0 || len(cur.Members) == 0 {
 		ready.Status, ready.Reason = metav1.ConditionFalse, lbv1.WaitingForAgentsReason
-		if len(lagging) > 0 {
-			ready.Message += "; lagging: " + joinNames(lagging)
+		if len(behind) > 0 {
+			ready.Message += "; lagging: " + joinNames(behind)
 		} else {
 			ready.Message = "no member yet: waiting for a Machine with a Node whose agent reports"
 		}
-		pending = true
+		lagging = true
 	}
 	st.Conditions = append(st.Conditions, ready)
-	if pending {
-		st.RequeueAfter = b.pendingPoll()
-	} else {
-		st.RequeueAfter = b.resync()
-	}
-	return st, nil
+	return lagging
 }
 
 // quiesceReason is the quiesce annotation's value for a member in state s, "" for none.
@@ -302,7 +321,7 @@ func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 		log.V(1).Info("Waiting for the agent to quiesce", "why", why)
 		return wait, nil
 	}
-	now := b.now()
+	now := b.opts.Now.Now()
 	first, _ := b.quiescedAt.LoadOrStore(key, now)
 	if left := lb.Spec.Quiesce.EffectiveDrainPeriod() - now.Sub(first.(time.Time)); left > 0 {
 		return providers.QuiesceStatus{RequeueAfter: min(left, b.pendingPoll())}, nil

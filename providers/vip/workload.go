@@ -39,7 +39,7 @@ func (b *Backend) workload(ctx context.Context, lb *lbv1.LoadBalancer) (client.C
 func (b *Backend) readViews(ctx context.Context, wl client.Client, names []string) (views, map[string]*corev1.Node, error) {
 	vs := views{}
 	nodes := map[string]*corev1.Node{}
-	now := b.now()
+	now := b.opts.Now.Now()
 	for _, n := range names {
 		if _, done := vs[n]; done {
 			continue

@@ -36,7 +36,7 @@ type gatewayView struct {
 // views reads every gateway's report. A missing, unparsable or stale report is a view that is
 // not fresh (with the reason), never an error: a gateway that is down must not stop Ensure.
 func (b *Backend) views(ctx context.Context, lb *lbv1.LoadBalancer) ([]gatewayView, error) {
-	now := b.now()
+	now := b.opts.Now.Now()
 	out := make([]gatewayView, 0, len(lb.Spec.Backend.WireGuard.Gateways))
 	for _, g := range lb.Spec.Backend.WireGuard.Gateways {
 		v := gatewayView{name: g.Name}

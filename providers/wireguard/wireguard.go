@@ -22,17 +22,6 @@ import (
 	"github.com/caplb/caplb/providers"
 )
 
-// Defaults of Options.
-const (
-	// DefaultStaleAfter: a gateway report older than this counts as silence. Gateways report at
-	// least every 10s.
-	DefaultStaleAfter = 45 * time.Second
-	// DefaultPendingPoll is how soon Ensure and Quiesce look again while they wait on gateways.
-	DefaultPendingPoll = time.Second
-	// DefaultResync is how soon Ensure looks again when nothing is pending.
-	DefaultResync = 15 * time.Second
-)
-
 // Options are the backend's dependencies.
 type Options struct {
 	// Client reads and writes the management cluster's LoadBalancers and Secrets. It must not
@@ -43,10 +32,10 @@ type Options struct {
 	Reader client.Reader
 	// AgentImage is the member's image when spec.backend.wireguard.agent.image is empty.
 	AgentImage string
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// StaleAfter, PendingPoll, Resync: zero takes the defaults above.
-	StaleAfter, PendingPoll, Resync time.Duration
+	// Now is the clock; nil reads the wall clock.
+	Now providers.Clock
+	// Polling paces the waits on node-side reports; zero fields take providers' defaults.
+	providers.Polling
 }
 
 // Backend is the wireguard backend.
@@ -71,23 +60,9 @@ func New(o Options) *Backend {
 // Kind implements providers.Backend.
 func (b *Backend) Kind() string { return lbv1.BackendWireGuard }
 
-func (b *Backend) now() time.Time {
-	if b.opts.Now != nil {
-		return b.opts.Now()
-	}
-	return time.Now()
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
-func (b *Backend) staleAfter() time.Duration  { return or(b.opts.StaleAfter, DefaultStaleAfter) }
-func (b *Backend) pendingPoll() time.Duration { return or(b.opts.PendingPoll, DefaultPendingPoll) }
-func (b *Backend) resync() time.Duration      { return or(b.opts.Resync, DefaultResync) }
+func (b *Backend) staleAfter() time.Duration  { return b.opts.StaleAfterOrDefault() }
+func (b *Backend) pendingPoll() time.Duration { return b.opts.PendingPollOrDefault() }
+func (b *Backend) resync() time.Duration      { return b.opts.ResyncOrDefault() }
 
 // Endpoint is what lb publishes: spec.endpoint.host (a DNS name with one record per gateway, or
 // an address held across them), else the only gateway's address; the port is the endpoint's.
@@ -241,7 +216,7 @@ func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 		log.V(1).Info("Quiesce confirmed: every gateway reports no open connection")
 		return providers.QuiesceStatus{Done: true}, nil
 	}
-	now := b.now()
+	now := b.opts.Now.Now()
 	first, _ := b.ackedAt.LoadOrStore(key, now)
 	if left := drainTimeout(lb) - now.Sub(first.(time.Time)); left > 0 {
 		log.V(1).Info("Quiesced; waiting for open connections to end", "connections", conns, "left", left)

@@ -201,9 +201,9 @@ func TestEnsureRotationFromReports(t *testing.T) {
 			g.Expect(st.RotationUnknown).To(Equal(tc.unknown))
 			g.Expect(st.Available).To(Equal(tc.available))
 			if tc.settled {
-				g.Expect(st.RequeueAfter).To(Equal(DefaultResync))
+				g.Expect(st.RequeueAfter).To(Equal(providers.DefaultResync))
 			} else {
-				g.Expect(st.RequeueAfter).To(Equal(DefaultPendingPoll), "waiting on a gateway or a member")
+				g.Expect(st.RequeueAfter).To(Equal(providers.DefaultPendingPoll), "waiting on a gateway or a member")
 			}
 		})
 	}
