@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the kube-apiserver and etcd binaries that e2e/envtest runs, from the
+# Builds the kube-apiserver and etcd binaries that e2e/envtest runs (and kubeadm, for the
+# lifecycle lab's real control planes), from the
 # Go modules pinned in e2e/testbin, into a versioned cache directory. We build
 # from source (instead of downloading envtest tarballs) because the only
 # network access guaranteed in CI and dev sandboxes is the Go module proxy.
@@ -97,6 +98,9 @@ main() {
 
 	build etcd go.etcd.io/etcd/server/v3 ""
 	build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${k8s_ldflags}"
+	# kubeadm writes the lifecycle lab's real control planes (e2e/lab/kubeadm): its own PKI,
+	# kubeconfigs and static-pod manifests.
+	build kubeadm k8s.io/kubernetes/cmd/kubeadm "${k8s_ldflags}"
 
 	echo "${bin_dir}"
 }

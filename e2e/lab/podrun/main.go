@@ -12,7 +12,8 @@
 //
 //	ip netns exec <node> unshare --mount --uts --propagation private podrun -root ... -manifest ...
 //
-// Only host-network pods with one container are supported (the agent's shape).
+// Only host-network pods with one container are supported: the agent's shape, and kubeadm's etcd
+// and kube-apiserver (e2e/lab/kubeadm).
 package main
 
 import (

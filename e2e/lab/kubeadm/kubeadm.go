@@ -1,0 +1,210 @@
+//go:build linux
+
+// Package kubeadm makes the lab's real control-plane machines with real kubeadm: its own PKI,
+// kubeconfigs and static-pod manifests for etcd and kube-apiserver, written into a machine's
+// root directory (its "/") by `kubeadm init phase ... --rootfs <root>`, and run by the lab's
+// kubelet (e2e/lab/podrun) from those manifests. etcd membership changes the way a real cluster
+// changes it: a joining machine is added as a learner and promoted once it caught up; a leaving
+// machine is removed as KubeadmControlPlane removes it. See README.md.
+package kubeadm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Paths on a kubeadm node, inside the machine's root.
+const (
+	// ConfigPath is where CAPI's kubeadm bootstrap writes kubeadm's configuration.
+	ConfigPath    = "/run/kubeadm/kubeadm.yaml"
+	PKIDir        = "/etc/kubernetes/pki"
+	ManifestsDir  = "/etc/kubernetes/manifests"
+	AdminConfPath = "/etc/kubernetes/admin.conf"
+	EtcdManifest  = ManifestsDir + "/etcd.yaml"
+	APIManifest   = ManifestsDir + "/kube-apiserver.yaml"
+	// APIPort is the API server's port on every machine and on the endpoint.
+	APIPort = 6443
+	// EtcdClientPort and EtcdPeerPort are etcd's (kubeadm's defaults).
+	EtcdClientPort = 2379
+	EtcdPeerPort   = 2380
+)
+
+// SharedFiles are the cluster-wide keys every control-plane machine carries: what
+// KubeadmControlPlane keeps in the cluster's CA Secrets (<cluster>-ca, -etcd, -proxy, -sa) and
+// its bootstrap writes on each new machine before kubeadm runs. Paths are under PKIDir.
+var SharedFiles = []string{
+	"ca.crt", "ca.key", "sa.key", "sa.pub", "front-proxy-ca.crt", "front-proxy-ca.key", "etcd/ca.crt", "etcd/ca.key",
+}
+
+// Cluster is one kubeadm cluster: its name, the endpoint (the VIP) every machine's
+// ClusterConfiguration names as controlPlaneEndpoint, and the kubeadm binary.
+type Cluster struct {
+	Name     string
+	Endpoint netip.Addr
+	// Kubeadm is the kubeadm binary (built by `make testbin`).
+	Kubeadm string
+	// KubernetesVersion is the version kubeadm writes into the manifests (v1.36.3).
+	KubernetesVersion string
+}
+
+// Machine is one control-plane machine: its node name, the address it advertises, and its root.
+type Machine struct {
+	Name string
+	Addr netip.Addr
+	// Root is the machine's "/" on the host.
+	Root string
+}
+
+// PeerURL is the machine's etcd peer URL, as kubeadm writes it.
+func (m Machine) PeerURL() string { return "https://" + hostPort(m.Addr, EtcdPeerPort) }
+
+// ClientURL is the machine's etcd client URL, as kubeadm writes it.
+func (m Machine) ClientURL() string { return "https://" + hostPort(m.Addr, EtcdClientPort) }
+
+// Path is p (an absolute path on the machine) on the host.
+func (m Machine) Path(p string) string { return filepath.Join(m.Root, p) }
+
+func hostPort(a netip.Addr, port int) string { return netip.AddrPortFrom(a, uint16(port)).String() }
+
+// Runner runs a command on the machine's network (a lab namespace): kubeadm's phases that
+// talk to the API server reach it at the machine's own address, as on the node.
+type Runner interface {
+	Run(ctx context.Context, argv ...string) (string, error)
+}
+
+// Init writes the first machine's files: kubeadm's whole PKI, the admin and super-admin
+// kubeconfigs, and the static-pod manifests of a new single-member etcd and of the API server.
+func (c Cluster) Init(ctx context.Context, m Machine, on Runner) error {
+	if err := c.writeConfig(m, nil); err != nil {
+		return err
+	}
+	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "etcd local", "control-plane apiserver")
+}
+
+// UploadConfig runs, once the first API server is ready, what kubeadm init does next: it
+// uploads the ClusterConfiguration (kubeadm-config) and — through super-admin.conf — binds the
+// group of admin.conf's user (kubeadm:cluster-admins) to cluster-admin. Until then admin.conf
+// can do nothing, as on a real node.
+func (c Cluster) UploadConfig(ctx context.Context, m Machine, on Runner) error {
+	return c.phases(ctx, m, on, "upload-config kubeadm")
+}
+
+// EtcdMember is a member of the running etcd cluster, as a joiner's --initial-cluster lists it.
+type EtcdMember struct{ Name, PeerURL string }
+
+// Join writes a joining machine's files: the shared keys (as KubeadmControlPlane's bootstrap
+// writes them), then kubeadm generates its own certificates from them, and the manifests of an
+// etcd member that joins the running cluster (initial-cluster: the members plus itself,
+// initial-cluster-state: existing — what `kubeadm join` computes) and of the API server. The
+// caller adds the member to etcd as a learner before starting it (see Etcd.AddLearner).
+func (c Cluster) Join(ctx context.Context, m Machine, on Runner, shared map[string][]byte, members []EtcdMember) error {
+	for _, name := range SharedFiles {
+		b, ok := shared[name]
+		if !ok {
+			return fmt.Errorf("joining %s: shared file %s missing", m.Name, name)
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(name, ".key") {
+			mode = 0o600
+		}
+		if err := writeFile(m.Path(filepath.Join(PKIDir, name)), b, mode); err != nil {
+			return err
+		}
+	}
+	if err := c.writeConfig(m, append(append([]EtcdMember(nil), members...), EtcdMember{m.Name, m.PeerURL()})); err != nil {
+		return err
+	}
+	return c.phases(ctx, m, on, "certs all", "etcd local", "control-plane apiserver")
+}
+
+// ReadShared reads the shared keys from a machine that has them.
+func ReadShared(m Machine) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, name := range SharedFiles {
+		b, err := os.ReadFile(m.Path(filepath.Join(PKIDir, name)))
+		if err != nil {
+			return nil, fmt.Errorf("shared file of %s: %w", m.Name, err)
+		}
+		out[name] = b
+	}
+	return out, nil
+}
+
+// phases runs `kubeadm init phase <phase> --config ConfigPath --rootfs <root>` for each phase,
+// on the machine's network: kubeadm chroots into the machine's root first, so every path it
+// reads and writes is the node's own.
+func (c Cluster) phases(ctx context.Context, m Machine, on Runner, phases ...string) error {
+	if _, err := os.Stat(c.Kubeadm); err != nil {
+		return fmt.Errorf("kubeadm binary: %w (run `make testbin`)", err)
+	}
+	for _, p := range phases {
+		args := append([]string{"init", "phase"}, strings.Fields(p)...)
+		args = append(args, "--config", ConfigPath, "--rootfs", m.Root)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err := on.Run(ctx, append([]string{c.Kubeadm}, args...)...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("kubeadm on %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeConfig writes the kubeadm configuration CAPI's kubeadm bootstrap would write for m.
+// joining lists the etcd members (m included) when m joins a running etcd cluster.
+func (c Cluster) writeConfig(m Machine, joining []EtcdMember) error {
+	if !c.Endpoint.IsValid() || c.Name == "" || c.KubernetesVersion == "" {
+		return errors.New("kubeadm cluster: Name, Endpoint and KubernetesVersion are required")
+	}
+	etcdArgs := ""
+	if len(joining) > 0 {
+		var ic []string
+		for _, j := range joining {
+			ic = append(ic, j.Name+"="+j.PeerURL)
+		}
+		etcdArgs = fmt.Sprintf(`    extraArgs:
+    - name: initial-cluster
+      value: %s
+    - name: initial-cluster-state
+      value: existing
+`, strings.Join(ic, ","))
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: %[1]s
+  bindPort: %[2]d
+nodeRegistration:
+  name: %[3]s
+  criSocket: unix:///var/run/containerd/containerd.sock
+  imagePullPolicy: IfNotPresent
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: %[4]s
+kubernetesVersion: %[5]s
+controlPlaneEndpoint: %[6]s
+certificatesDir: %[7]s
+networking:
+  dnsDomain: cluster.local
+  serviceSubnet: 10.96.0.0/12
+  podSubnet: 192.168.0.0/16
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+%[8]s`, m.Addr, APIPort, m.Name, c.Name, c.KubernetesVersion, hostPort(c.Endpoint, APIPort), PKIDir, etcdArgs)
+	return writeFile(m.Path(ConfigPath), []byte(cfg), 0o600)
+}
+
+func writeFile(path string, b []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, mode)
+}

@@ -1,0 +1,52 @@
+//go:build linux
+
+package kubeadm
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/caplb/caplb/e2e/lab"
+)
+
+// Binaries are what the lab's kubelet runs for kubeadm's images: the lab kubelet (podrun) and
+// the etcd and kube-apiserver binaries of `make testbin`.
+type Binaries struct {
+	Podrun, Etcd, APIServer string
+}
+
+// Kubelet runs a machine's static pods the way the kubelet does, one podrun per manifest, in
+// the machine's network namespace.
+type Kubelet struct {
+	NS      *lab.Netns
+	Machine Machine
+	Bins    Binaries
+	// Scratch is a host directory for the containers' roots (one per pod).
+	Scratch string
+}
+
+// Start runs the static pod whose manifest is at manifest (a path on the machine), mapping its
+// image to the binary for it, and returns the process.
+func (k Kubelet) Start(manifest string) (*lab.Process, error) {
+	pod := strings.TrimSuffix(filepath.Base(manifest), ".yaml")
+	var bin string
+	switch pod {
+	case "etcd":
+		bin = k.Bins.Etcd
+	case "kube-apiserver":
+		bin = k.Bins.APIServer
+	default:
+		return nil, fmt.Errorf("static pod %s: the lab has no binary for it", pod)
+	}
+	rootfs := filepath.Join(k.Scratch, k.Machine.Name, pod)
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	// Any image: each podrun runs one manifest, and kubeadm names the image by its registry
+	// and tag (registry.k8s.io/etcd:<v>, registry.k8s.io/kube-apiserver:<v>).
+	return k.NS.Start(k.Machine.Name+"-"+pod, []string{"unshare", "--mount", "--uts", "--propagation", "private",
+		k.Bins.Podrun, "-root", k.Machine.Root, "-rootfs", rootfs, "-manifest", manifest,
+		"-hostname", k.Machine.Name, "-image", "*=" + bin}, nil)
+}
