@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/caplb/caplb/e2e/lab"
@@ -76,11 +77,32 @@ func lastLines(s string, n int) string {
 // adminClient is client-go with kubeadm's admin.conf (server: the endpoint), dialling from the
 // client namespace: a kubectl user's view of the cluster.
 func (c *cpLab) adminClient(timeout time.Duration) (*kubernetes.Clientset, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.machines[0].Path(kubeadm.AdminConfPath))
+	cfg, err := c.adminConfig(timeout)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// superAdmin is client-go with kubeadm's super-admin.conf (system:masters), the break-glass
+// credential, dialling from the client namespace.
+func (c *cpLab) superAdmin(timeout time.Duration) (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.machines[0].Path("/etc/kubernetes/super-admin.conf"))
 	if err != nil {
 		return nil, err
 	}
 	cfg.Dial = c.client.DialContext
 	cfg.Timeout = timeout
 	return kubernetes.NewForConfig(cfg)
+}
+
+// adminConfig is kubeadm's admin.conf (server: the endpoint) dialling from the client namespace.
+func (c *cpLab) adminConfig(timeout time.Duration) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.machines[0].Path(kubeadm.AdminConfPath))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Dial = c.client.DialContext
+	cfg.Timeout = timeout
+	return cfg, nil
 }
