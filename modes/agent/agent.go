@@ -430,7 +430,14 @@ func (a *Agent) decide(now time.Time, eligible, healthy bool, v election.View, d
 		// Fail-open: every member's API server failing at once is etcd
 		// losing quorum, not this node; the VIP stays where it is so that
 		// recovery tools reach an endpoint. Only with quorum (checked
-		// above): a minority never holds.
+		// above): a minority never holds. Only one holder fails open: a real
+		// API server's /readyz fails on each node a little apart, so a
+		// member can claim from a failing owner and fail itself during the
+		// owner's drain, leaving two holders with nobody to hand over to;
+		// the less preferred one lets go.
+		if other := holderAhead(v, self); other != "" {
+			return false, fmt.Sprintf("fail-open: %s, preferred over this node, keeps the VIP", other)
+		}
 		a.lastFailOpen = true
 		return true, "fail-open: local API server unhealthy but no member is eligible; keeping the VIP"
 	case !healthy && !candidate:

@@ -259,6 +259,42 @@ func TestReleaseRules(t *testing.T) {
 			}
 		})
 	}
+	t.Run("two fail-open holders: the less preferred lets go", func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			selfIdx int
+			holds   bool
+		}{
+			{"self preferred over the other holder keeps the VIP", 0, true},
+			{"the other holder preferred: self releases", 1, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				g := NewWithT(t)
+				a, ml, _, h := newTestAgent(t, tc.selfIdx)
+				t0 := time.Now()
+				if tc.selfIdx > 0 {
+					ml.set(0, true, election.Meta{}) // the preferred member is ineligible: self owns
+				}
+				a.step(t0)
+				a.step(t0.Add(time.Second))
+				a.step(t0.Add(1070 * time.Millisecond))
+				g.Expect(a.holding).To(BeTrue())
+				// Both fail: the other member claimed during self's failure and failed in turn.
+				other := 1
+				if tc.selfIdx > 0 {
+					other = 0
+				}
+				ml.set(other, true, election.Meta{Holding: true})
+				ml.set(1-other, true, election.Meta{})
+				h.ok = false
+				a.step(t0.Add(1100 * time.Millisecond))
+				g.Expect(a.holding).To(Equal(tc.holds))
+				if !tc.holds {
+					g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("preferred over this node, keeps the VIP"))
+				}
+			})
+		}
+	})
 	t.Run("fail-open never holds without quorum", func(t *testing.T) {
 		g := NewWithT(t)
 		a, ml, _, h := newTestAgent(t, 0)

@@ -44,6 +44,19 @@ func aliveAhead(v election.View, self string) int {
 	return n
 }
 
+// holderAhead is the first alive member preferred over self that holds the VIP, "" if none.
+func holderAhead(v election.View, self string) string {
+	for _, m := range v.Members {
+		if m.Name == self {
+			break
+		}
+		if m.Alive && m.Meta.Holding {
+			return m.Name
+		}
+	}
+	return ""
+}
+
 // claimStagger is the head start per alive member preferred over this one:
 // three gossip rounds.
 func claimStagger(c *agentv1.AgentConfiguration) time.Duration {

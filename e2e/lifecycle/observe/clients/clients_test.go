@@ -1,0 +1,158 @@
+package clients
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/caplb/caplb/e2e/envtest"
+)
+
+// cutProxy forwards TCP to the API server until cut: then it drops every connection and resets
+// new ones, as an endpoint with nobody behind it does.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	t.Cleanup(func() { _ = ln.Close() })
+	go p.serve()
+	return p
+}
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c)
+		p.mu.Unlock()
+		go func() {
+			u, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, u)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
+			_, _ = io.Copy(c, u)
+			_ = c.Close()
+		}()
+	}
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+func startAPI(t *testing.T) (*rest.Config, *cutProxy) {
+	t.Helper()
+	env, err := envtest.Start(envtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newCutProxy(t, u.Host)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Host = "https://" + p.ln.Addr().String()
+	cfg.TLSClientConfig.ServerName = u.Hostname() // the serving certificate's name, as through a VIP
+	cfg.Timeout = 5 * time.Second
+	return cfg, p
+}
+
+func namespace(t *testing.T, cfg *rest.Config) string {
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ns, err := cs.CoreV1().Namespaces().Create(context.Background(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "clients-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// With nothing going wrong the clients see nothing wrong: every write succeeds and reaches the
+// informer, one leader term, one connection.
+func TestSteadyState(t *testing.T) {
+	g := NewWithT(t)
+	cfg, _ := startAPI(t)
+	r, err := Start(context.Background(), Config{REST: cfg, Namespace: namespace(t, cfg)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() int { a, _ := r.ld.counts(); return len(a) }, 20*time.Second, 50*time.Millisecond).Should(Equal(1))
+	g.Eventually(func() int { w, _ := r.w.snapshot(); return len(w) }, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 100))
+	res := r.Stop(10 * time.Second)
+	t.Logf("%+v", res)
+	g.Expect(res.FailedWrites).To(BeZero())
+	g.Expect(res.LostEvents).To(BeZero())
+	g.Expect(res.RelistSkipped).To(BeZero())
+	g.Expect(res.StoreMatches).To(BeTrue())
+	g.Expect(res.LeaderAcquired).To(Equal(1))
+	g.Expect(res.LeaderLosses).To(BeZero())
+	g.Expect(res.StreamsReset).To(BeZero(), "HTTP/2: every client shares one connection")
+}
+
+// An endpoint with nobody behind it for longer than the renew deadline is seen by every client:
+// failed writes, a lost leadership, connections reset; once it is back the informer catches up
+// and no successful write is lost.
+func TestOutageIsSeen(t *testing.T) {
+	g := NewWithT(t)
+	cfg, p := startAPI(t)
+	r, err := Start(context.Background(), Config{REST: cfg, Namespace: namespace(t, cfg)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() int { a, _ := r.ld.counts(); return len(a) }, 20*time.Second, 50*time.Millisecond).Should(Equal(1))
+	p.setCut(true)
+	g.Eventually(func() int { _, l := r.ld.counts(); return len(l) }, 30*time.Second, 100*time.Millisecond).Should(Equal(1),
+		"the leader cannot renew within the renew deadline")
+	p.setCut(false)
+	g.Eventually(func() int { a, _ := r.ld.counts(); return len(a) }, 30*time.Second, 100*time.Millisecond).Should(Equal(2),
+		"it campaigns again and wins once the endpoint is back")
+	g.Eventually(func() int { w, _ := r.w.snapshot(); return len(lastSuccess(w[len(w)-10:])) }, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">", 0),
+		"writes succeed again")
+	res := r.Stop(20 * time.Second)
+	t.Logf("%+v", res)
+	g.Expect(res.FailedWrites).To(BeNumerically(">", 0))
+	g.Expect(res.LeaderLosses).To(Equal(1))
+	g.Expect(res.StreamsReset).To(BeNumerically(">", 0))
+	g.Expect(res.LostEvents).To(BeZero(), "the informer resumes its watch: nothing that succeeded is lost")
+	g.Expect(res.StoreMatches).To(BeTrue())
+}

@@ -1,0 +1,232 @@
+package clients
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Config is what the clients need: a rest.Config whose server is the endpoint (the cluster CA,
+// HTTP/2), the namespace they write in, and the writer's pace.
+type Config struct {
+	REST      *rest.Config
+	Namespace string
+	// WriteEvery is the writer's interval (default 20 ms); Keys the ConfigMaps it cycles over
+	// (default 4).
+	WriteEvery time.Duration
+	Keys       int
+	// Identity names the leader-election candidate (default "caplb-client").
+	Identity string
+}
+
+// Result is what the clients saw, with the JSON names the benchmarks report.
+type Result struct {
+	Writes       int `json:"writes"`
+	FailedWrites int `json:"failed_requests"`
+	// LostEvents are successful writes the informer never delivered with no relist to explain
+	// them; RelistSkipped are those a relist coalesced (reported, not hidden).
+	LostEvents    int `json:"informer_lost_events"`
+	RelistSkipped int `json:"relist_skipped"`
+	Relists       int `json:"relists"`
+	// StoreMatches: at the end the informer's store held every key's last successful value (or
+	// a later attempt whose outcome the writer never learnt).
+	StoreMatches bool `json:"store_matches"`
+	// LeaderAcquired and LeaderLosses count the leader-elected loop's terms.
+	LeaderAcquired int `json:"leader_acquired"`
+	LeaderLosses   int `json:"leader_losses"`
+	// Connections the shared transport opened; StreamsReset is every one after the first: each
+	// replaced a connection that broke with its streams (HTTP/2 multiplexes them on one).
+	Connections  int `json:"connections"`
+	StreamsReset int `json:"streams_reset"`
+	// FirstFailure is the first failed write's error, for the report.
+	FirstFailure string `json:"first_failure,omitempty"`
+}
+
+// Run is the clients at work.
+type Run struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	w      *writer
+	inf    *informer
+	ld     *leader
+	dials  atomic.Int64
+}
+
+// Start starts the informer (and waits for its first list), the writer and the leader loop.
+func Start(ctx context.Context, cfg Config) (*Run, error) {
+	if cfg.REST == nil || cfg.Namespace == "" {
+		return nil, errors.New("clients: REST and Namespace are required")
+	}
+	if cfg.WriteEvery == 0 {
+		cfg.WriteEvery = 20 * time.Millisecond
+	}
+	if cfg.Keys == 0 {
+		cfg.Keys = 4
+	}
+	if cfg.Identity == "" {
+		cfg.Identity = "caplb-client"
+	}
+	r := &Run{}
+	rc := rest.CopyConfig(cfg.REST)
+	dial := rc.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err == nil {
+			r.dials.Add(1)
+		}
+		return c, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("clients: %w", err)
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.w = newWriter(cs, cfg.Namespace, cfg.Keys, cfg.WriteEvery)
+	r.inf = newInformer(cs, cfg.Namespace)
+	r.ld = &leader{cs: cs, namespace: cfg.Namespace, identity: cfg.Identity}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.inf.inf.Run(ctx.Done()) }()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !waitSynced(sctx, r.inf) {
+		r.cancel()
+		r.wg.Wait()
+		return nil, errors.New("clients: the informer never synced")
+	}
+	for _, f := range []func(context.Context){r.w.run, r.ld.run} {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); f(ctx) }()
+	}
+	return r, nil
+}
+
+// Leading reports whether the leader-elected loop holds its lease now.
+func (r *Run) Leading() bool {
+	a, l := r.ld.counts()
+	return len(a) > len(l)
+}
+
+func waitSynced(ctx context.Context, i *informer) bool {
+	for !i.inf.HasSynced() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// Stop stops the writer, gives the informer up to settle to catch up with its last writes, stops
+// everything and returns what the clients saw.
+func (r *Run) Stop(settle time.Duration) Result {
+	r.stopWriter()
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) && !r.storeMatches() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := r.result()
+	r.cancel()
+	r.wg.Wait()
+	return res
+}
+
+// stopWriter stops the writes only; the informer and the leader go on until Stop's end.
+func (r *Run) stopWriter() { r.w.stop() }
+
+func (r *Run) storeMatches() bool {
+	writes, attempted := r.w.snapshot()
+	stored := r.inf.stored()
+	for key, last := range lastSuccess(writes) {
+		if s, ok := stored[key]; !ok || s < last || s > attempted[key] {
+			return false
+		}
+	}
+	return true
+}
+
+func lastSuccess(writes []write) map[string]int {
+	last := map[string]int{}
+	for _, w := range writes {
+		if w.err == nil && w.seq > last[w.key] {
+			last[w.key] = w.seq
+		}
+	}
+	return last
+}
+
+func (r *Run) result() Result {
+	writes, _ := r.w.snapshot()
+	seen, lists := r.inf.snapshot()
+	acquired, lost := r.ld.counts()
+	res := Result{Writes: len(writes), StoreMatches: r.storeMatches(), LeaderAcquired: len(acquired),
+		LeaderLosses: len(lost), Connections: int(r.dials.Load())}
+	if len(lists) > 1 {
+		res.Relists = len(lists) - 1
+	}
+	if res.Connections > 1 {
+		res.StreamsReset = res.Connections - 1
+	}
+	for _, w := range writes {
+		if w.err != nil {
+			res.FailedWrites++
+			if res.FirstFailure == "" {
+				res.FirstFailure = w.err.Error()
+			}
+			continue
+		}
+		switch missed(w, seen[w.key], lists) {
+		case missedLost:
+			res.LostEvents++
+		case missedAcrossRelist:
+			res.RelistSkipped++
+		}
+	}
+	return res
+}
+
+type missedKind int
+
+const (
+	delivered missedKind = iota
+	missedLost
+	missedAcrossRelist
+)
+
+// missed classifies a successful write the informer may not have delivered: delivered if its
+// value was seen; coalesced by a relist if a list ran between the write and the first later
+// value the informer delivered for its key; else lost.
+func missed(w write, seen []observation, lists []time.Time) missedKind {
+	sort.Slice(seen, func(i, j int) bool { return seen[i].at.Before(seen[j].at) })
+	for _, o := range seen {
+		if o.seq == w.seq {
+			return delivered
+		}
+	}
+	until := time.Now()
+	for _, o := range seen {
+		if o.seq > w.seq {
+			until = o.at
+			break
+		}
+	}
+	// The write returned at w.at; it committed before that, so a list that started after the
+	// write began may already show it coalesced. Lists from a second before its return count.
+	for _, l := range lists[min(1, len(lists)):] {
+		if l.After(w.at.Add(-time.Second)) && l.Before(until) {
+			return missedAcrossRelist
+		}
+	}
+	return missedLost
+}
