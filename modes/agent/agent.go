@@ -241,9 +241,12 @@ func (a *Agent) step(now time.Time) {
 	// Holding while not eligible is the hand-over: stop announcing so that
 	// the successor's announcements win the neighbours' caches. Going quiet
 	// happens before the sync; leaving quiet after it, so that a release
-	// never announces the VIP it is about to remove.
+	// never announces the VIP it is about to remove. With nobody eligible to
+	// hand over to (fail-open, a quiesce pending) the holder is the only way
+	// to the VIP: it keeps answering and announcing, or a neighbour whose
+	// cache expires, or that a brief claimant moved, finds nobody.
 	q, _ := a.dp.(quieter)
-	quiet := want && !eligible
+	quiet := want && !eligible && eligibleOther(view, a.cfg.NodeName)
 	if q != nil && quiet {
 		q.SetQuiet(true)
 	}

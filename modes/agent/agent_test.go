@@ -238,7 +238,7 @@ func TestReleaseRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			a, ml, _, h := newTestAgent(t, 0)
+			a, ml, dp, h := newTestAgent(t, 0)
 			a.cfg.Election.FailOpen = tc.failOpen
 			t0 := time.Now()
 			a.step(t0)
@@ -251,6 +251,7 @@ func TestReleaseRules(t *testing.T) {
 			g.Expect(a.holding).To(Equal(tc.holds))
 			if tc.holds {
 				g.Expect(a.Status().Report.Reason).To(ContainSubstring("fail-open"))
+				g.Expect(dp.quiet).To(BeFalse(), "the fail-open holder is the only way to the VIP: it keeps answering ARP")
 				// A member recovers: it claims, and the fail-open owner hands over.
 				ml.set(0, true, election.Meta{Eligible: true, Holding: true})
 				a.step(t0.Add(1200 * time.Millisecond))

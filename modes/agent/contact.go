@@ -57,6 +57,17 @@ func holderAhead(v election.View, self string) string {
 	return ""
 }
 
+// eligibleOther reports whether an alive member other than self is eligible: someone the VIP
+// can be handed over to.
+func eligibleOther(v election.View, self string) bool {
+	for _, m := range v.Members {
+		if m.Name != self && m.Alive && m.Meta.Eligible {
+			return true
+		}
+	}
+	return false
+}
+
 // claimStagger is the head start per alive member preferred over this one:
 // three gossip rounds.
 func claimStagger(c *agentv1.AgentConfiguration) time.Duration {

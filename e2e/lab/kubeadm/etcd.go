@@ -11,8 +11,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -96,10 +99,18 @@ func (e *Etcd) Members(ctx context.Context) ([]Member, error) {
 
 // AddLearner adds m as a learner (a non-voting member), as `kubeadm join` does before it starts
 // the machine's etcd. It returns the members to list in m's initial-cluster (the voters and m).
+// etcd refuses a change it cannot prove safe yet ("unhealthy cluster", right after a promotion
+// or a leadership change); kubeadm retries, and so does AddLearner, for up to a minute.
 func (e *Etcd) AddLearner(ctx context.Context, m Machine) (uint64, []EtcdMember, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	resp, err := e.c.MemberAddAsLearner(ctx, []string{m.PeerURL()})
+	var resp *clientv3.MemberAddResponse
+	err := retryRefusals(ctx, func() (err error) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err = e.c.MemberAddAsLearner(cctx, []string{m.PeerURL()})
+		return err
+	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("adding %s as an etcd learner: %w", m.Name, err)
 	}
@@ -133,23 +144,101 @@ func (e *Etcd) Promote(ctx context.Context, id uint64) error {
 	}
 }
 
-// Remove removes the member named name (or with m's peer URL), as KubeadmControlPlane does in
-// a Machine's pre-terminate step, once caplb's pre-drain hook was released and the node drained.
-// A member already gone is not an error.
+// Remove removes m's member as KubeadmControlPlane does in a Machine's pre-terminate step, once
+// caplb's pre-drain hook was released and the node drained: leadership first moves to another
+// voter if m leads (so the cluster does not wait out an election), then the member goes, with
+// etcd's "unhealthy cluster" refusals retried as KCP requeues. A member already gone is not an
+// error.
 func (e *Etcd) Remove(ctx context.Context, m Machine) error {
-	members, err := e.Members(ctx)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	resp, err := e.c.MemberList(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("etcd member list: %w", err)
 	}
-	for _, mm := range members {
-		if mm.Name == m.Name || mm.PeerURL == m.PeerURL() {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if _, err := e.c.MemberRemove(cctx, mm.ID); err != nil {
-				return fmt.Errorf("removing etcd member %s: %w", m.Name, err)
-			}
-			return nil
+	var leaving *etcdserverpb.Member
+	for _, mm := range resp.Members {
+		if mm.Name == m.Name || slices.Contains(mm.PeerURLs, m.PeerURL()) {
+			leaving = mm
 		}
 	}
+	if leaving == nil {
+		return nil
+	}
+	if err := e.moveLeadership(ctx, leaving, resp.Members); err != nil {
+		return err
+	}
+	err = retryRefusals(ctx, func() error {
+		_, err := e.c.MemberRemove(ctx, leaving.ID)
+		if errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("removing etcd member %s: %w", m.Name, err)
+	}
 	return nil
+}
+
+// moveLeadership moves leadership off leaving if it leads. MoveLeader must reach the leader.
+func (e *Etcd) moveLeadership(ctx context.Context, leaving *etcdserverpb.Member, members []*etcdserverpb.Member) error {
+	if len(leaving.ClientURLs) == 0 {
+		return nil
+	}
+	st, err := e.c.Status(ctx, leaving.ClientURLs[0])
+	if err != nil || st.Leader != leaving.ID {
+		return nil // unreachable (already gone) or not the leader: nothing to move
+	}
+	var to uint64
+	for _, mm := range members {
+		if mm.ID != leaving.ID && !mm.IsLearner {
+			to = mm.ID
+			break
+		}
+	}
+	if to == 0 {
+		return nil // the last voter: nothing to move to
+	}
+	saved := e.c.Endpoints()
+	e.c.SetEndpoints(leaving.ClientURLs[0])
+	defer e.c.SetEndpoints(saved...)
+	// The balancer switches endpoints asynchronously: a call that still reaches a follower is
+	// refused (not the leader) and retried.
+	for {
+		if _, err = e.c.MoveLeader(ctx, to); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("moving etcd leadership from %s: %w", leaving.Name, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// retryRefusals calls fn until it succeeds, fails for another reason than a refusal that passes
+// once etcd settles, or ctx ends.
+func retryRefusals(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func retryable(err error) bool {
+	for _, t := range []error{rpctypes.ErrUnhealthy, rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged,
+		rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
 }
