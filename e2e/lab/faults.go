@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // AddAddr adds prefix to ifName in the namespace. IPv6 addresses skip
@@ -172,4 +174,19 @@ func (n *Netns) HTTPClient(timeout time.Duration) *http.Client {
 			DisableKeepAlives: true,
 		},
 	}
+}
+
+// HasAddr reports whether the kernel behind h (a namespace's netlink handle) has a on any
+// interface: the ground truth of who holds a VIP, whatever a daemon believes.
+func HasAddr(h *netlink.Handle, a netip.Addr) (bool, error) {
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return false, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, x := range addrs {
+		if ip, ok := netip.AddrFromSlice(x.IP); ok && ip.Unmap() == a {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sort"
 
+	"github.com/caplb/caplb/e2e/lab"
 	"github.com/vishvananda/netlink"
 )
 
@@ -20,16 +21,11 @@ func (n *Node) HoldsVIP(vip netip.Addr) (bool, error) {
 		return false, err
 	}
 	defer h.Close()
-	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	ok, err := lab.HasAddr(h, vip)
 	if err != nil {
-		return false, fmt.Errorf("%s: list addresses: %w", n.Name, err)
+		return false, fmt.Errorf("%s: %w", n.Name, err)
 	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == vip {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ok, nil
 }
 
 // Holders lists who serves the VIP now, sorted: for ARP the machines whose kernel holds it

@@ -210,18 +210,8 @@ func (c *cpLab) holders() []string {
 		if m.nl == nil {
 			continue
 		}
-		link, err := m.nl.LinkByName("eth0")
-		if err != nil {
-			continue
-		}
-		addrs, err := m.nl.AddrList(link, netlink.FAMILY_V4)
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == vip {
-				out = append(out, m.Name)
-			}
+		if ok, err := lab.HasAddr(m.nl, vip); err == nil && ok {
+			out = append(out, m.Name)
 		}
 	}
 	return out

@@ -320,16 +320,11 @@ func (n *Node) Metrics(ctx context.Context) (string, error) {
 // HoldsVIP reports whether the kernel of the node has vip on an interface:
 // the ground truth, whatever the agent believes.
 func (n *Node) HoldsVIP(vip netip.Addr) (bool, error) {
-	addrs, err := n.nl.AddrList(nil, netlink.FAMILY_ALL)
+	ok, err := lab.HasAddr(n.nl, vip)
 	if err != nil {
-		return false, fmt.Errorf("%s: list addresses: %w", n.Name, err)
+		return false, fmt.Errorf("%s: %w", n.Name, err)
 	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == vip {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ok, nil
 }
 
 // Holders lists the nodes whose kernel holds vip.
