@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,4 +106,29 @@ func (c *cpLab) adminConfig(timeout time.Duration) (*rest.Config, error) {
 	cfg.Dial = c.client.DialContext
 	cfg.Timeout = timeout
 	return cfg, nil
+}
+
+// eligibleAgents lists the machines whose agent reports itself eligible (its /status on the
+// admin listener, read from inside the machine).
+func (c *cpLab) eligibleAgents() []string {
+	var out []string
+	for _, m := range c.machines {
+		if m.nl == nil {
+			continue
+		}
+		resp, err := m.ns.HTTPClient(time.Second).Get("http://127.0.0.1:7473/status")
+		if err != nil {
+			out = append(out, m.Name+" (no status: "+err.Error()+")")
+			continue
+		}
+		var st struct {
+			Eligible bool `json:"eligible"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil || st.Eligible {
+			out = append(out, m.Name)
+		}
+	}
+	return out
 }
