@@ -20,7 +20,7 @@ import (
 func TestAdminSplit(t *testing.T) {
 	g := NewWithT(t)
 	a, _, _, _ := newTestAgent(t, 0)
-	a.step(time.Now())
+	step(a, time.Now())
 	reg := prometheus.NewRegistry()
 
 	ro := httptest.NewServer(readOnlyHandler(a, reg))

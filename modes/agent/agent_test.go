@@ -111,22 +111,28 @@ type fakeDP struct {
 	quiet    bool
 	syncs    int
 	closed   bool
+	// handovers and window record each Desired.HandOver.
+	handovers []netip.Addr
+	window    time.Duration
 }
 
 func (d *fakeDP) Sync(_ context.Context, des dataplane.Desired) error {
 	d.mu.Lock()
-	d.announce = des.Announce
+	d.announce, d.quiet = des.Announce, des.Quiet
+	if des.HandOver != nil {
+		d.handovers, d.window = append(d.handovers, des.HandOver.From), des.HandOver.Window
+	}
 	d.syncs++
 	d.mu.Unlock()
 	return nil
 }
+func (d *fakeDP) Status() dataplane.Status { return dataplane.Status{} }
 func (d *fakeDP) Close(context.Context) error {
 	d.mu.Lock()
 	d.closed, d.announce = true, false
 	d.mu.Unlock()
 	return nil
 }
-func (d *fakeDP) SetQuiet(q bool) { d.mu.Lock(); d.quiet = q; d.mu.Unlock() }
 
 type fakeHealth struct {
 	mu sync.Mutex
@@ -136,8 +142,19 @@ type fakeHealth struct {
 func (h *fakeHealth) state() (bool, string) { h.mu.Lock(); defer h.mu.Unlock(); return h.ok, "fake" }
 func (h *fakeHealth) set(ok bool)           { h.mu.Lock(); h.ok = ok; h.mu.Unlock() }
 
+// testSetup is what newTestAgent wires; a testOption adjusts it before the
+// agent is made.
+type testSetup struct {
+	t     *testing.T
+	cfg   *agentv1.AgentConfiguration
+	ml    *fakeML
+	parts agentParts
+}
+
+type testOption func(*testSetup)
+
 // newTestAgent: self is the most preferred of three members unless selfIdx>0.
-func newTestAgent(t *testing.T, selfIdx int) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
+func newTestAgent(t *testing.T, selfIdx int, opts ...testOption) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
 	t.Helper()
 	cfg, err := agentv1.Parse([]byte(`
 apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
@@ -159,27 +176,37 @@ election: {insecure: true}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newAgent(cfg, logr.Discard(), dp, ml, h, m), ml, dp, h
+	s := &testSetup{t: t, cfg: cfg, ml: ml, parts: agentParts{dp: dp, ml: ml, health: h, m: m}}
+	for _, o := range opts {
+		o(s)
+	}
+	return newAgent(s.cfg, logr.Discard(), s.parts), ml, dp, h
 }
+
+// step runs one turn of a's loop at now with nothing requested.
+func step(a *Agent, now time.Time) { a.iterate(now, requests{}) }
+
+// quiesce runs one turn of a's loop at now with quiesce requests.
+func quiesce(a *Agent, now time.Time, qs ...quiesceRequest) { a.iterate(now, requests{quiesce: qs}) }
 
 func TestClaimWaitsForSettleAndConfirmation(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, dp, _ := newTestAgent(t, 0)
 	t0 := time.Now()
-	a.step(t0)
-	g.Expect(a.holding).To(BeFalse(), "quorum just gained: settling")
+	step(a, t0)
+	g.Expect(a.st.holding).To(BeFalse(), "quorum just gained: settling")
 	g.Expect(a.Status().Waiting).To(ContainSubstring("settling"))
 
 	ml.confirm = false
-	a.step(t0.Add(600 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "a majority did not answer pings")
+	step(a, t0.Add(600*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "a majority did not answer pings")
 	g.Expect(a.Status().Waiting).To(ContainSubstring("claim withheld"))
-	a.step(t0.Add(650 * time.Millisecond))
+	step(a, t0.Add(650*time.Millisecond))
 	g.Expect(ml.confirms).To(Equal(1), "no new ping round within a probe interval")
 
 	ml.confirm = true
-	a.step(t0.Add(800 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue())
+	step(a, t0.Add(800*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue())
 	g.Expect(dp.announce).To(BeTrue())
 	g.Expect(ml.self.Holding).To(BeTrue(), "holding is gossiped after the data plane announced")
 	g.Expect(a.Status().Role).To(Equal("owner"))
@@ -190,19 +217,18 @@ func TestMakeBeforeBreak(t *testing.T) {
 	a, ml, dp, _ := newTestAgent(t, 0)
 	t0 := claimAsMostPreferred(t, a, ml)
 
-	a.quiescing = true
-	a.step(t0.Add(2 * time.Second))
-	g.Expect(a.holding).To(BeTrue(), "keeps the VIP until a successor announces it")
+	quiesce(a, t0.Add(2*time.Second), quiesceRequest{source: "admin", reason: "admin request"})
+	g.Expect(a.st.holding).To(BeTrue(), "keeps the VIP until a successor announces it")
 	g.Expect(dp.quiet).To(BeTrue(), "but stops announcing it")
 	g.Expect(ml.self.Eligible).To(BeFalse())
 	g.Expect(ml.self.Quiescing).To(BeTrue())
 
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b took over
-	a.step(t0.Add(2100 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "drain period")
+	step(a, t0.Add(2100*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "drain period")
 	g.Expect(a.Status().Waiting).To(ContainSubstring("draining"))
-	a.step(t0.Add(2700 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "released after the drain")
+	step(a, t0.Add(2700*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "released after the drain")
 	g.Expect(dp.announce).To(BeFalse())
 	g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("handed over to b"))
 }
@@ -212,19 +238,19 @@ func TestRecoveryDuringDrainDoesNotReclaim(t *testing.T) {
 	a, ml, _, h := newTestAgent(t, 0)
 	t0 := claimAsMostPreferred(t, a, ml)
 	h.ok = false
-	a.step(t0.Add(1100 * time.Millisecond))
+	step(a, t0.Add(1100*time.Millisecond))
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b took over
-	a.step(t0.Add(1200 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "draining")
+	step(a, t0.Add(1200*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "draining")
 	h.ok = true // the API server recovers during the drain
-	a.step(t0.Add(1300 * time.Millisecond))
+	step(a, t0.Add(1300*time.Millisecond))
 	g.Expect(ml.self.Eligible).To(BeFalse(), "not eligible until the hand-over completed")
-	g.Expect(a.holding).To(BeTrue())
-	a.step(t0.Add(1800 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "the hand-over completes")
-	a.step(t0.Add(1900 * time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue())
+	step(a, t0.Add(1800*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "the hand-over completes")
+	step(a, t0.Add(1900*time.Millisecond))
 	g.Expect(ml.self.Eligible).To(BeTrue(), "eligible again as a backup")
-	g.Expect(a.holding).To(BeFalse(), "b keeps the VIP")
+	g.Expect(a.st.holding).To(BeFalse(), "b keeps the VIP")
 }
 
 func TestReleaseRules(t *testing.T) {
@@ -238,25 +264,24 @@ func TestReleaseRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			a, ml, dp, h := newTestAgent(t, 0)
-			a.cfg.Election.FailOpen = tc.failOpen
+			a, ml, dp, h := newTestAgent(t, 0, func(s *testSetup) { s.cfg.Election.FailOpen = tc.failOpen })
 			t0 := time.Now()
-			a.step(t0)
-			a.step(t0.Add(time.Second))
-			g.Expect(a.holding).To(BeTrue())
+			step(a, t0)
+			step(a, t0.Add(time.Second))
+			g.Expect(a.st.holding).To(BeTrue())
 			ml.set(0, true, election.Meta{})
 			ml.set(1, true, election.Meta{})
 			h.ok = false
-			a.step(t0.Add(1100 * time.Millisecond))
-			g.Expect(a.holding).To(Equal(tc.holds))
+			step(a, t0.Add(1100*time.Millisecond))
+			g.Expect(a.st.holding).To(Equal(tc.holds))
 			if tc.holds {
 				g.Expect(a.Status().Report.Reason).To(ContainSubstring("fail-open"))
 				g.Expect(dp.quiet).To(BeFalse(), "the fail-open holder is the only way to the VIP: it keeps answering ARP")
 				// A member recovers: it claims, and the fail-open owner hands over.
 				ml.set(0, true, election.Meta{Eligible: true, Holding: true})
-				a.step(t0.Add(1200 * time.Millisecond))
-				a.step(t0.Add(1800 * time.Millisecond))
-				g.Expect(a.holding).To(BeFalse(), "handed over to the recovered member after the drain")
+				step(a, t0.Add(1200*time.Millisecond))
+				step(a, t0.Add(1800*time.Millisecond))
+				g.Expect(a.st.holding).To(BeFalse(), "handed over to the recovered member after the drain")
 			}
 		})
 	}
@@ -276,10 +301,10 @@ func TestReleaseRules(t *testing.T) {
 				if tc.selfIdx > 0 {
 					ml.set(0, true, election.Meta{}) // the preferred member is ineligible: self owns
 				}
-				a.step(t0)
-				a.step(t0.Add(time.Second))
-				a.step(t0.Add(1070 * time.Millisecond))
-				g.Expect(a.holding).To(BeTrue())
+				step(a, t0)
+				step(a, t0.Add(time.Second))
+				step(a, t0.Add(1070*time.Millisecond))
+				g.Expect(a.st.holding).To(BeTrue())
 				// Both fail: the other member claimed during self's failure and failed in turn.
 				other := 1
 				if tc.selfIdx > 0 {
@@ -288,8 +313,8 @@ func TestReleaseRules(t *testing.T) {
 				ml.set(other, true, election.Meta{Holding: true})
 				ml.set(1-other, true, election.Meta{})
 				h.ok = false
-				a.step(t0.Add(1100 * time.Millisecond))
-				g.Expect(a.holding).To(Equal(tc.holds))
+				step(a, t0.Add(1100*time.Millisecond))
+				g.Expect(a.st.holding).To(Equal(tc.holds))
 				if !tc.holds {
 					g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("preferred over this node, keeps the VIP"))
 				}
@@ -300,24 +325,24 @@ func TestReleaseRules(t *testing.T) {
 		g := NewWithT(t)
 		a, ml, _, h := newTestAgent(t, 0)
 		t0 := time.Now()
-		a.step(t0)
-		a.step(t0.Add(time.Second))
+		step(a, t0)
+		step(a, t0.Add(time.Second))
 		h.ok = false
 		ml.set(0, false, election.Meta{})
 		ml.set(1, false, election.Meta{})
-		a.step(t0.Add(1100 * time.Millisecond))
-		g.Expect(a.holding).To(BeFalse())
+		step(a, t0.Add(1100*time.Millisecond))
+		g.Expect(a.st.holding).To(BeFalse())
 	})
 	t.Run("losing quorum releases at once", func(t *testing.T) {
 		g := NewWithT(t)
 		a, ml, _, _ := newTestAgent(t, 0)
 		t0 := time.Now()
-		a.step(t0)
-		a.step(t0.Add(time.Second))
+		step(a, t0)
+		step(a, t0.Add(time.Second))
 		ml.set(0, false, election.Meta{})
 		ml.set(1, false, election.Meta{})
-		a.step(t0.Add(1100 * time.Millisecond))
-		g.Expect(a.holding).To(BeFalse())
+		step(a, t0.Add(1100*time.Millisecond))
+		g.Expect(a.st.holding).To(BeFalse())
 		g.Expect(a.Status().Quorum).To(BeFalse())
 	})
 	t.Run("a more preferred holder wins a conflict", func(t *testing.T) {
@@ -325,15 +350,15 @@ func TestReleaseRules(t *testing.T) {
 		a, ml, _, _ := newTestAgent(t, 1) // order: b, self, c
 		t0 := time.Now()
 		ml.set(0, true, election.Meta{}) // b ineligible: self is the owner
-		a.step(t0)
-		a.step(t0.Add(time.Second))
-		g.Expect(a.holding).To(BeFalse(), "b is alive and preferred: its claim gets a head start")
+		step(a, t0)
+		step(a, t0.Add(time.Second))
+		g.Expect(a.st.holding).To(BeFalse(), "b is alive and preferred: its claim gets a head start")
 		g.Expect(a.Status().Waiting).To(ContainSubstring("claim staggered 60ms"))
-		a.step(t0.Add(1070 * time.Millisecond))
-		g.Expect(a.holding).To(BeTrue())
+		step(a, t0.Add(1070*time.Millisecond))
+		g.Expect(a.st.holding).To(BeTrue())
 		ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b claims too (partition healed)
-		a.step(t0.Add(1100 * time.Millisecond))
-		g.Expect(a.holding).To(BeFalse())
+		step(a, t0.Add(1100*time.Millisecond))
+		g.Expect(a.st.holding).To(BeFalse())
 		g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("yielding"))
 	})
 	t.Run("no preemption: a more preferred member does not take the VIP back", func(t *testing.T) {
@@ -341,18 +366,19 @@ func TestReleaseRules(t *testing.T) {
 		a, ml, _, _ := newTestAgent(t, 0)
 		ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b holds
 		t0 := time.Now()
-		a.step(t0)
-		a.step(t0.Add(time.Second))
-		g.Expect(a.holding).To(BeFalse())
+		step(a, t0)
+		step(a, t0.Add(time.Second))
+		g.Expect(a.st.holding).To(BeFalse())
 		g.Expect(a.Status().Owner).To(Equal("b"))
 	})
 }
 
 func TestRunExitsAfterHandoverAndCloses(t *testing.T) {
 	g := NewWithT(t)
-	a, ml, dp, _ := newTestAgent(t, 0)
-	a.cfg.Quiesce.Drain = agentv1.Duration{Duration: 10 * time.Millisecond}
-	a.cfg.Election.Settle = agentv1.Duration{Duration: time.Millisecond}
+	a, ml, dp, _ := newTestAgent(t, 0, func(s *testSetup) {
+		s.cfg.Quiesce.Drain = agentv1.Duration{Duration: 10 * time.Millisecond}
+		s.cfg.Election.Settle = agentv1.Duration{Duration: time.Millisecond}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, context.Background()) }()
@@ -363,17 +389,6 @@ func TestRunExitsAfterHandoverAndCloses(t *testing.T) {
 	g.Eventually(done, 2*time.Second).Should(Receive(BeNil()))
 	g.Expect(dp.closed).To(BeTrue())
 	g.Expect(ml.left).To(BeTrue())
-}
-
-// redirectDP is a fakeDP that records hand-over redirects.
-type redirectDP struct {
-	*fakeDP
-	prev   []netip.Addr
-	window time.Duration
-}
-
-func (d *redirectDP) HandOverFrom(_ []netip.Addr, prev netip.Addr, window time.Duration) {
-	d.prev, d.window = append(d.prev, prev), window
 }
 
 // TestClaimRedirectsPreviousOwnersFlows: claiming the VIPs from a member that
@@ -399,9 +414,7 @@ func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			a, ml, fdp, _ := newTestAgent(t, 1)
-			dp := &redirectDP{fakeDP: fdp}
-			a.dp = dp
+			a, ml, dp, _ := newTestAgent(t, 1)
 			ml.set(0, true, election.Meta{Eligible: false, Holding: tc.bHolding, Quiescing: true})
 			if tc.removedHolding {
 				ml.mu.Lock()
@@ -410,11 +423,11 @@ func TestClaimRedirectsPreviousOwnersFlows(t *testing.T) {
 				ml.mu.Unlock()
 			}
 			t0 := time.Now()
-			for i := 0; i < 100 && !a.holding; i++ {
-				a.step(t0.Add(time.Duration(i) * 50 * time.Millisecond))
+			for i := 0; i < 100 && !a.st.holding; i++ {
+				step(a, t0.Add(time.Duration(i)*50*time.Millisecond))
 			}
-			g.Expect(a.holding).To(BeTrue(), a.Status().Waiting)
-			g.Expect(dp.prev).To(Equal(tc.wantRedir))
+			g.Expect(a.st.holding).To(BeTrue(), a.Status().Waiting)
+			g.Expect(dp.handovers).To(Equal(tc.wantRedir))
 			g.Expect(dp.window).To(Equal(tc.wantWindow))
 		})
 	}
@@ -430,27 +443,27 @@ func TestOwnerReleasesWithoutMajorityContact(t *testing.T) {
 	t0 := claimAsMostPreferred(t, a, ml)
 	ml.contact = t0.Add(600 * time.Millisecond)
 
-	a.step(t0.Add(1100 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "contact 500ms old: not longer than contactTimeout")
+	step(a, t0.Add(1100*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "contact 500ms old: not longer than contactTimeout")
 
 	ml.confirm = false
-	a.step(t0.Add(1200 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "contact 600ms old: releases")
+	step(a, t0.Add(1200*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "contact 600ms old: releases")
 	g.Expect(dp.announce).To(BeFalse())
 	g.Expect(a.Status().LastTransition.Reason).To(ContainSubstring("no direct answer from a majority"))
 
-	a.step(t0.Add(1500 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "pings still unanswered: no new claim")
+	step(a, t0.Add(1500*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "pings still unanswered: no new claim")
 
 	ml.confirm = true
 	ml.contact = t0.Add(1600 * time.Millisecond)
-	a.step(t0.Add(1600 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "contact just restored: the view may be stale, settle first")
+	step(a, t0.Add(1600*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "contact just restored: the view may be stale, settle first")
 	g.Expect(a.Status().Waiting).To(ContainSubstring("settling"))
 
 	ml.contact = t0.Add(2100 * time.Millisecond)
-	a.step(t0.Add(2100 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "settled with contact: the most preferred eligible member claims again")
+	step(a, t0.Add(2100*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "settled with contact: the most preferred eligible member claims again")
 }
 
 // TestStalledOwnerDoesNotReclaim: an owner whose process stalled past
@@ -466,19 +479,19 @@ func TestStalledOwnerDoesNotReclaim(t *testing.T) {
 	// Woken up 700 ms later: the last answer is from before the stall, b
 	// (the successor) is dead in the stale view, c is alive and not holding.
 	ml.set(0, false, election.Meta{})
-	a.step(t0.Add(1300 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "stale contact: releases")
+	step(a, t0.Add(1300*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "stale contact: releases")
 
 	// The next ping round is answered; the view still shows nobody holding.
 	ml.contact = t0.Add(1350 * time.Millisecond)
-	a.step(t0.Add(1350 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "no claim from a stale view right after contact returns")
+	step(a, t0.Add(1350*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "no claim from a stale view right after contact returns")
 
 	// Gossip catches up within the settle: b holds the VIP.
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
 	ml.contact = t0.Add(1900 * time.Millisecond)
-	a.step(t0.Add(1900 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "b holds and is eligible: stays backup")
+	step(a, t0.Add(1900*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "b holds and is eligible: stays backup")
 	g.Expect(a.Status().Owner).To(Equal("b"))
 }
 
@@ -505,15 +518,15 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 			ml.set(1, false, election.Meta{})
 			now := t0.Add(700 * time.Millisecond)
 			ml.contact = now.Add(-tc.contactAge)
-			a.step(now)
-			g.Expect(a.holding).To(Equal(tc.wantHold))
+			step(a, now)
+			g.Expect(a.st.holding).To(Equal(tc.wantHold))
 			if tc.wantHold {
 				g.Expect(a.Status().Waiting).To(ContainSubstring("majority answered direct pings"))
 				// The blip must end: past contactTimeout without gossip
 				// quorum, the owner releases even with fresh answers.
 				ml.contact = t0.Add(1250 * time.Millisecond)
-				a.step(t0.Add(1250 * time.Millisecond))
-				g.Expect(a.holding).To(BeFalse())
+				step(a, t0.Add(1250*time.Millisecond))
+				g.Expect(a.st.holding).To(BeFalse())
 			}
 		})
 	}
@@ -526,9 +539,9 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 func claimAsMostPreferred(t *testing.T, a *Agent, ml *fakeML) time.Time {
 	t.Helper()
 	t0 := time.Now()
-	a.step(t0)
-	a.step(t0.Add(600 * time.Millisecond))
-	if !a.holding {
+	step(a, t0)
+	step(a, t0.Add(600*time.Millisecond))
+	if !a.st.holding {
 		t.Fatalf("settled and confirmed, yet no claim: %+v", a.Status())
 	}
 	return t0

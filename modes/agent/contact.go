@@ -11,9 +11,9 @@ import (
 // lostContact: a majority has not answered direct pings for longer than
 // election.contactTimeout. Gossip alone can keep a cut-off owner believing
 // it has quorum (see election.Membership.ConfirmedAt).
-func (a *Agent) lostContact(now time.Time) bool {
-	at := a.ml.ConfirmedAt()
-	return !at.IsZero() && now.Sub(at) > a.cfg.Election.ContactTimeout.Duration
+func (r rules) lostContact(in inputs) bool {
+	at := in.confirmedAt
+	return !at.IsZero() && in.now.Sub(at) > r.cfg.Election.ContactTimeout.Duration
 }
 
 // holdThroughNoQuorum: gossip lost quorum only just now, while a majority
@@ -23,11 +23,10 @@ func (a *Agent) lostContact(now time.Time) bool {
 // owner that released on that blip would hand the VIP back to the member
 // that was cut off. A real minority stops getting answers before gossip
 // gives up on the others, so it still releases at once.
-func (a *Agent) holdThroughNoQuorum(now time.Time) bool {
-	e := a.cfg.Election
-	at := a.ml.ConfirmedAt()
+func (r rules) holdThroughNoQuorum(st loopState, in inputs) bool {
+	e, now, at := r.cfg.Election, in.now, in.confirmedAt
 	return !at.IsZero() && now.Sub(at) <= 2*e.ProbeInterval.Duration &&
-		!a.quorumLostAt.IsZero() && now.Sub(a.quorumLostAt) <= e.ContactTimeout.Duration
+		!st.quorumLostAt.IsZero() && now.Sub(st.quorumLostAt) <= e.ContactTimeout.Duration
 }
 
 // aliveAhead counts alive members preferred over self.

@@ -21,18 +21,17 @@ var _ answerRecorder = (*election.Membership)(nil)
 // reports silence only while every other alive member answers it: if they
 // are silent too, the likely culprit is this member (starved of CPU, or its
 // own link), and gossip's slower verdict decides.
-func (a *Agent) silentHolder(v election.View, now time.Time) string {
-	rec, ok := a.ml.(answerRecorder)
-	if !ok {
+func (r rules) silentHolder(v election.View, answers map[string]election.Answers, now time.Time) string {
+	if answers == nil {
 		return ""
 	}
-	probe := a.cfg.Election.ProbeInterval.Duration
+	probe := r.cfg.Election.ProbeInterval.Duration
 	silent := ""
 	for _, m := range v.Members {
-		if m.Name == a.cfg.NodeName || !m.Alive {
+		if m.Name == r.cfg.NodeName || !m.Alive {
 			continue
 		}
-		ans := rec.Answers(m.Name)
+		ans := answers[m.Name]
 		quiet := ans.Silent(now, probe)
 		switch {
 		case m.Meta.Holding && quiet && silent == "":
@@ -44,7 +43,7 @@ func (a *Agent) silentHolder(v election.View, now time.Time) string {
 	return silent
 }
 
-// dropSilentHolders marks as dead, in v, a holder that a majority of the
+// dropSilentHolders marks as dead, in a copy of v, the holder that a majority of the
 // configured members (this one included, the holder excluded) reports
 // silent: each of them has had no direct answer from it for
 // election.SilentAfter. That is memberlist's own verdict (direct and indirect
@@ -56,29 +55,29 @@ func (a *Agent) silentHolder(v election.View, now time.Time) string {
 // majority answering direct pings, so a minority never claims; a holder
 // that was only slow answers again, and if it still holds, the stickiness
 // rule keeps one of the two.
-func (a *Agent) dropSilentHolders(v *election.View) {
-	if a.silent == "" {
-		a.silentLogged = ""
-		return
+func (r rules) dropSilentHolders(v election.View, silent, logged string, out *output) (election.View, string) {
+	if silent == "" {
+		return v, ""
 	}
 	observers := 0
 	for _, m := range v.Members {
-		if m.Name == a.cfg.NodeName {
-			observers++ // a.silent is set: we report it
-		} else if m.Alive && m.Meta.Silent == a.silent {
+		if m.Name == r.cfg.NodeName {
+			observers++ // silent is set: we report it
+		} else if m.Alive && m.Meta.Silent == silent {
 			observers++
 		}
 	}
 	if observers < election.Majority(len(v.Members)) {
-		return
+		return v, logged
 	}
+	v.Members = append([]election.MemberView(nil), v.Members...)
 	for i := range v.Members {
-		if v.Members[i].Name == a.silent {
+		if v.Members[i].Name == silent {
 			v.Members[i].Alive = false
 		}
 	}
-	if a.silentLogged != a.silent {
-		a.silentLogged = a.silent
-		a.log.Info("holder silent to a majority: treated as failed", "member", a.silent, "observers", observers)
+	if logged != silent {
+		out.note("holder silent to a majority: treated as failed", "member", silent, "observers", observers)
 	}
+	return v, silent
 }

@@ -29,9 +29,11 @@ func (f *answerML) Answers(name string) election.Answers {
 // answers, and b gossiping that it holds the VIP.
 func newAnswerAgent(t *testing.T) (*Agent, *fakeML, *answerML) {
 	t.Helper()
-	a, ml, _, _ := newTestAgent(t, 1)
-	am := &answerML{fakeML: ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
-	a.ml = am
+	var am *answerML
+	a, ml, _, _ := newTestAgent(t, 1, func(s *testSetup) {
+		am = &answerML{fakeML: s.ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
+		s.parts.ml = am
+	})
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
 	return a, ml, am
 }
@@ -45,30 +47,30 @@ func TestSilentHolder(t *testing.T) {
 	a, ml, am := newAnswerAgent(t) // members: b, self, c
 	t0 := time.Now()
 	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
-	a.step(t0)
-	a.step(t0.Add(600 * time.Millisecond)) // settled; b last answered 600 ms ago, c 50 ms ago
+	step(a, t0)
+	step(a, t0.Add(600*time.Millisecond)) // settled; b last answered 600 ms ago, c 50 ms ago
 	g.Expect(ml.self.Silent).To(Equal("b"), "no answer from the holder for 600 ms")
-	g.Expect(a.holding).To(BeFalse(), "only this member reports the holder silent")
+	g.Expect(a.st.holding).To(BeFalse(), "only this member reports the holder silent")
 
 	ml.set(1, true, election.Meta{Eligible: true, Silent: "b"}) // c agrees
 	am.at["c"] = time.Time{}                                    // but we never heard from c
-	a.step(t0.Add(620 * time.Millisecond))
+	step(a, t0.Add(620*time.Millisecond))
 	g.Expect(ml.self.Silent).To(BeEmpty(), "not hearing the others either: this member may be the stalled one")
-	g.Expect(a.holding).To(BeFalse())
+	g.Expect(a.st.holding).To(BeFalse())
 
 	am.at["c"] = t0.Add(600 * time.Millisecond)
-	a.step(t0.Add(650 * time.Millisecond))
+	step(a, t0.Add(650*time.Millisecond))
 	g.Expect(ml.self.Silent).To(Equal("b"))
-	g.Expect(a.holding).To(BeTrue(), "a majority reports the holder silent: claim")
+	g.Expect(a.st.holding).To(BeTrue(), "a majority reports the holder silent: claim")
 
 	a2, ml2, am2 := newAnswerAgent(t)
 	ml2.set(1, true, election.Meta{Eligible: true, Silent: "b"})
 	now := time.Now()
 	am2.at["b"], am2.at["c"] = now.Add(-150*time.Millisecond), now
-	a2.step(now.Add(-600 * time.Millisecond))
-	a2.step(now)
+	step(a2, now.Add(-600*time.Millisecond))
+	step(a2, now)
 	g.Expect(ml2.self.Silent).To(BeEmpty(), "the holder answered 150 ms ago")
-	g.Expect(a2.holding).To(BeFalse())
+	g.Expect(a2.st.holding).To(BeFalse())
 }
 
 // TestSilentHolderFlap: a holder whose link comes up for a moment between
@@ -82,19 +84,19 @@ func TestSilentHolderFlap(t *testing.T) {
 	a, ml, am := newAnswerAgent(t) // members: b, self, c
 	t0 := time.Now()
 	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
-	a.step(t0)
-	a.step(t0.Add(500 * time.Millisecond)) // settled, b silent for 500 ms
+	step(a, t0)
+	step(a, t0.Add(500*time.Millisecond)) // settled, b silent for 500 ms
 	g.Expect(ml.self.Silent).To(Equal("b"))
-	g.Expect(a.holding).To(BeFalse(), "only this member reports the holder silent so far")
+	g.Expect(a.st.holding).To(BeFalse(), "only this member reports the holder silent so far")
 
 	// b's link is up for a moment: one ping gets through, to us and to c.
 	blip := t0.Add(560 * time.Millisecond)
 	am.at["b"], am.resumed["b"] = blip, blip
 	am.at["c"] = blip
 	ml.set(1, true, election.Meta{Eligible: true, Silent: "b"}) // c still reports b
-	a.step(blip.Add(5 * time.Millisecond))
+	step(a, blip.Add(5*time.Millisecond))
 	g.Expect(ml.self.Silent).To(Equal("b"), "one answer after a silence does not end it")
-	g.Expect(a.holding).To(BeTrue(), "a majority still reports the holder silent: claim")
+	g.Expect(a.st.holding).To(BeTrue(), "a majority still reports the holder silent: claim")
 
 	// A holder that is really back answers the next ping round too.
 	a2, ml2, am2 := newAnswerAgent(t)
@@ -102,10 +104,10 @@ func TestSilentHolderFlap(t *testing.T) {
 	now := time.Now()
 	am2.at["c"] = now
 	am2.resumed["b"], am2.at["b"] = now.Add(-100*time.Millisecond), now
-	a2.step(now.Add(-600 * time.Millisecond))
-	a2.step(now)
+	step(a2, now.Add(-600*time.Millisecond))
+	step(a2, now)
 	g.Expect(ml2.self.Silent).To(BeEmpty(), "the holder answered two rounds since its silence")
-	g.Expect(a2.holding).To(BeFalse())
+	g.Expect(a2.st.holding).To(BeFalse())
 }
 
 // TestLinkDownReleases: an owner whose VIP interface goes down releases at
@@ -113,22 +115,22 @@ func TestSilentHolderFlap(t *testing.T) {
 // for linkHoldDown.
 func TestLinkDownReleases(t *testing.T) {
 	g := NewWithT(t)
-	a, ml, dp, _ := newTestAgent(t, 0)
-	a.link = &linkWatch{}
+	link := &linkWatch{}
+	a, ml, dp, _ := newTestAgent(t, 0, func(s *testSetup) { s.parts.link = link })
 	t0 := claimAsMostPreferred(t, a, ml)
 	t1 := t0.Add(700 * time.Millisecond)
-	a.link.set(false, t1)
-	a.step(t1)
-	g.Expect(a.holding).To(BeFalse())
+	link.set(false, t1)
+	step(a, t1)
+	g.Expect(a.st.holding).To(BeFalse())
 	g.Expect(dp.announce).To(BeFalse())
-	g.Expect(a.lastReason).To(Equal("VIP interface down"))
+	g.Expect(a.st.lastReason).To(Equal("VIP interface down"))
 	g.Expect(ml.self.Eligible).To(BeFalse())
 
 	t2 := t1.Add(200 * time.Millisecond)
-	a.link.set(true, t2)
-	a.step(t2.Add(linkHoldDown / 2))
+	link.set(true, t2)
+	step(a, t2.Add(linkHoldDown/2))
 	g.Expect(ml.self.Eligible).To(BeFalse(), "held down after the link came back")
-	g.Expect(a.holding).To(BeFalse())
-	a.step(t2.Add(linkHoldDown))
+	g.Expect(a.st.holding).To(BeFalse())
+	step(a, t2.Add(linkHoldDown))
 	g.Expect(ml.self.Eligible).To(BeTrue())
 }

@@ -63,8 +63,7 @@ election: {insecure: true, port: %d, bindAddress: 127.0.0.%d, settle: 200ms}
 	dp := &fakeDP{}
 	h := &fakeHealth{}
 	h.set(healthy)
-	a := newAgent(cfg, logr.Discard(), dp, ml, h, m)
-	a.store = store
+	a := newAgent(cfg, logr.Discard(), agentParts{dp: dp, ml: ml, health: h, m: m, store: store})
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, context.Background()) }()

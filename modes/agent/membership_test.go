@@ -54,13 +54,13 @@ func TestMembershipRules(t *testing.T) {
 			tc.setup(ml)
 			t0 := time.Now()
 			for _, d := range []time.Duration{0, 600 * time.Millisecond, time.Second, 2 * time.Second} {
-				a.step(t0.Add(d))
+				step(a, t0.Add(d))
 			}
-			g.Expect(a.holding).To(Equal(tc.holds), "%+v", a.Status())
+			g.Expect(a.st.holding).To(Equal(tc.holds), "%+v", a.Status())
 			g.Expect(dp.announce).To(Equal(tc.holds))
 			if tc.reason != "" {
 				s := a.Status()
-				g.Expect(s.Waiting + " " + s.Decision + " " + a.ineligibleReason(true)).To(ContainSubstring(tc.reason))
+				g.Expect(s.Waiting + " " + s.Decision + " " + a.rules.ineligibleReason(a.st, a.gather(time.Now(), requests{}))).To(ContainSubstring(tc.reason))
 			}
 			if tc.name == "a peer advertises a newer membership: never claims, pulls it" {
 				g.Eventually(func() []string { ml.mu.Lock(); defer ml.mu.Unlock(); return ml.pulled }).Should(ContainElement("b"))
@@ -80,15 +80,15 @@ func TestRemovedHolderHandsOver(t *testing.T) {
 	ml.mu.Lock()
 	ml.nonMember, ml.version = true, 7
 	ml.mu.Unlock()
-	a.step(t0.Add(time.Second))
-	g.Expect(a.holding).To(BeTrue(), "no successor yet: keeps the VIP")
+	step(a, t0.Add(time.Second))
+	g.Expect(a.st.holding).To(BeTrue(), "no successor yet: keeps the VIP")
 	g.Expect(ml.self.Eligible).To(BeFalse(), "a non-member is never eligible")
 	g.Expect(dp.quiet).To(BeTrue(), "stops announcing so that the successor's announcements win")
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true}) // b claims
-	a.step(t0.Add(1100 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "draining")
-	a.step(t0.Add(1700 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "released after the drain")
+	step(a, t0.Add(1100*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "draining")
+	step(a, t0.Add(1700*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "released after the drain")
 	g.Expect(a.Status().Report.Member).To(BeFalse())
 }
 
@@ -104,25 +104,26 @@ func (p *fakeProber) probe([]netip.Addr) (probeResult, error) { p.calls++; retur
 // itself keeps it holding without a gap; version 1 without it hands over.
 func TestBootstrap(t *testing.T) {
 	g := NewWithT(t)
-	a, ml, dp, _ := newTestAgent(t, 0)
-	a.cfg.Membership.Dynamic = true
+	p := &fakeProber{res: probeResult{answered: true}}
+	a, ml, dp, _ := newTestAgent(t, 0, func(s *testSetup) {
+		s.cfg.Membership.Dynamic = true
+		s.parts.prober = p
+	})
 	ml.mu.Lock()
 	ml.nonMember, ml.version, ml.others = true, 0, nil
 	ml.mu.Unlock()
-	p := &fakeProber{res: probeResult{answered: true}}
-	a.prober = p
 	t0 := time.Now()
-	a.step(t0)
-	g.Expect(a.holding).To(BeFalse())
+	step(a, t0)
+	g.Expect(a.st.holding).To(BeFalse())
 	g.Expect(a.Status().Waiting + a.Status().Decision).To(ContainSubstring("another host answers for the VIP"))
-	a.step(t0.Add(100 * time.Millisecond))
+	step(a, t0.Add(100*time.Millisecond))
 	g.Expect(p.calls).To(Equal(1), "backs off before probing again")
 	p.res = probeResult{competing: true}
-	a.step(t0.Add(2100 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse(), "a competing probe: backs off")
+	step(a, t0.Add(2100*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "a competing probe: backs off")
 	p.res = probeResult{}
-	a.step(t0.Add(4200 * time.Millisecond))
-	g.Expect(a.holding).To(BeTrue(), "nobody answers: holds alone")
+	step(a, t0.Add(4200*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "nobody answers: holds alone")
 	g.Expect(dp.announce).To(BeTrue())
 	g.Expect(a.Status().Report.Holding).To(BeTrue())
 
@@ -130,11 +131,11 @@ func TestBootstrap(t *testing.T) {
 	ml.mu.Lock()
 	ml.nonMember, ml.version = false, 1
 	ml.mu.Unlock()
-	transitions := a.transitions
-	a.step(t0.Add(4300 * time.Millisecond))
-	a.step(t0.Add(5 * time.Second))
-	g.Expect(a.holding).To(BeTrue())
-	g.Expect(a.transitions).To(Equal(transitions), "no gap")
+	transitions := a.st.transitions
+	step(a, t0.Add(4300*time.Millisecond))
+	step(a, t0.Add(5*time.Second))
+	g.Expect(a.st.holding).To(BeTrue())
+	g.Expect(a.st.transitions).To(Equal(transitions), "no gap")
 	g.Expect(a.Status().Report.MembershipVersion).To(Equal(int64(1)))
 }
 
@@ -145,22 +146,21 @@ func TestNodeQuiesce(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, _, _ := newTestAgent(t, 0)
 	t0 := claimAsMostPreferred(t, a, ml)
-	a.applyQuiesce(quiesceRequest{source: "node", reason: "disabled annotation: maintenance"})
-	a.applyQuiesce(quiesceRequest{source: "admin", reason: "admin request"})
-	a.step(t0.Add(time.Second))
+	quiesce(a, t0.Add(time.Second), quiesceRequest{source: "node", reason: "disabled annotation: maintenance"},
+		quiesceRequest{source: "admin", reason: "admin request"})
 	r := a.Status().Report
 	g.Expect(r.Quiesced).To(BeFalse(), "still holding: not quiesced")
 	g.Expect(r.Reason).To(ContainSubstring("disabled annotation: maintenance"))
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
-	a.step(t0.Add(1100 * time.Millisecond))
-	a.step(t0.Add(1700 * time.Millisecond))
-	g.Expect(a.holding).To(BeFalse())
+	step(a, t0.Add(1100*time.Millisecond))
+	step(a, t0.Add(1700*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse())
 	g.Expect(a.Status().Report.Quiesced).To(BeTrue())
 	g.Expect(a.Status().Report.InDataPlane).To(BeFalse())
-	a.applyQuiesce(quiesceRequest{source: "admin"})
-	g.Expect(a.quiescing).To(BeTrue(), "the Node still asks")
-	a.applyQuiesce(quiesceRequest{source: "node"})
-	g.Expect(a.quiescing).To(BeFalse())
+	quiesce(a, t0.Add(1800*time.Millisecond), quiesceRequest{source: "admin"})
+	g.Expect(a.st.quiescing).To(BeTrue(), "the Node still asks")
+	quiesce(a, t0.Add(1900*time.Millisecond), quiesceRequest{source: "node"})
+	g.Expect(a.st.quiescing).To(BeFalse())
 }
 
 func TestMemberStore(t *testing.T) {

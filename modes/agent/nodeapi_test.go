@@ -69,15 +69,16 @@ func TestNodeAPI(t *testing.T) {
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the credential may modify only its own Node: %v", err)
 
 	// The agent: self is the least preferred of three, so it stands by.
-	a, ml, _, _ := newTestAgent(t, 2)
-	ml.mu.Lock()
-	ml.version = 1
-	ml.mu.Unlock()
-	a.cfg.Membership = agentv1.MembershipConfig{Dynamic: true, Version: 1, StateFile: filepath.Join(t.TempDir(), "membership.json")}
-	store, err := newMemberStore(a.cfg, a.log)
-	g.Expect(err).NotTo(HaveOccurred())
-	store.run = func(r election.Roster) { ml.SetRoster(r) }
-	a.store = store
+	var store *memberStore
+	a, ml, _, _ := newTestAgent(t, 2, func(s *testSetup) {
+		s.ml.version = 1
+		s.cfg.Membership = agentv1.MembershipConfig{Dynamic: true, Version: 1, StateFile: filepath.Join(t.TempDir(), "membership.json")}
+		store, err = newMemberStore(s.cfg, logr.Discard())
+		g.Expect(err).NotTo(HaveOccurred())
+		store.run = func(r election.Roster) { s.ml.SetRoster(r) }
+		s.parts.store = store
+	})
+	_ = ml
 	actx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(actx, context.Background()) }()

@@ -1,60 +1,47 @@
 package agent
 
 import (
-	"time"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
-	"github.com/caplb/caplb/modes/election"
 )
 
 // report is what the agent tells the manager on its Node (AgentStatus):
 // the manager counts a member active, and a quiesce done, only on this.
-func (a *Agent) report(now time.Time, healthy bool, v election.View) agentv1.AgentStatus {
-	r := agentv1.AgentStatus{Holding: a.holding}
-	switch {
-	case a.ml != nil:
-		r.MembershipVersion, r.Member = v.Version, v.Member
-	case a.store != nil:
-		cur := a.store.current()
-		r.MembershipVersion = cur.Version
-		r.Member = !a.cfg.Membership.Dynamic || cur.Has(a.cfg.NodeName)
-	default:
-		r.MembershipVersion, r.Member = a.cfg.Membership.Version, true
-	}
-	r.Eligible = healthy && !a.quiescing
-	quiet := a.quiescing && !a.holding
-	if a.cfg.Mode == agentv1.ModeBGP {
-		r.InDataPlane = a.holding
+func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
+	rep := agentv1.AgentStatus{Holding: st.holding, MembershipVersion: in.runningVersion, Member: in.runningMember}
+	rep.Eligible = in.healthy && !st.quiescing
+	quiet := st.quiescing && !st.holding
+	if r.cfg.Mode == agentv1.ModeBGP {
+		rep.InDataPlane = st.holding
 		// Withdrawn routes take the drain period to leave the peers'
 		// tables and the flows on them to finish.
-		quiet = quiet && (a.releasedAt.IsZero() || now.Sub(a.releasedAt) >= a.cfg.Quiesce.Drain.Duration)
+		quiet = quiet && (st.releasedAt.IsZero() || in.now.Sub(st.releasedAt) >= r.cfg.Quiesce.Drain.Duration)
 	} else {
 		// ARP: a member in the data plane serves the VIP or stands by to
 		// take it over.
-		r.InDataPlane = a.holding || (r.Eligible && r.Member)
+		rep.InDataPlane = st.holding || (rep.Eligible && rep.Member)
 	}
-	r.Quiesced = quiet
+	rep.Quiesced = quiet
 	switch {
-	case r.Quiesced:
-		r.Reason = "quiesced: " + a.quiesceReason()
-	case a.quiescing && a.holding:
-		r.Reason = "quiescing: " + a.quiesceReason() + "; handing over"
-	case a.quiescing:
-		r.Reason = "quiescing: " + a.quiesceReason() + "; draining"
-	case a.lastFailOpen:
-		r.Reason = "fail-open: unhealthy, but no member is eligible"
-	case !r.Member:
-		r.Reason = "not a member of the membership it runs"
-	case !healthy:
-		r.Reason = "local API server unhealthy"
-	case a.holding:
-		r.Reason = "holding the VIP"
+	case rep.Quiesced:
+		rep.Reason = "quiesced: " + st.quiesceReason()
+	case st.quiescing && st.holding:
+		rep.Reason = "quiescing: " + st.quiesceReason() + "; handing over"
+	case st.quiescing:
+		rep.Reason = "quiescing: " + st.quiesceReason() + "; draining"
+	case st.lastFailOpen:
+		rep.Reason = "fail-open: unhealthy, but no member is eligible"
+	case !rep.Member:
+		rep.Reason = "not a member of the membership it runs"
+	case !in.healthy:
+		rep.Reason = "local API server unhealthy"
+	case st.holding:
+		rep.Reason = "holding the VIP"
 	default:
-		r.Reason = "standing by"
+		rep.Reason = "standing by"
 	}
-	return r
+	return rep
 }
 
 // AgentStatus returns the last report, stamped now.

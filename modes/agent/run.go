@@ -12,9 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/caplb/caplb/modes/arp"
-	"github.com/caplb/caplb/modes/bgp"
-	"github.com/caplb/caplb/modes/dataplane"
 	"github.com/caplb/caplb/modes/election"
 )
 
@@ -88,16 +85,14 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 			}
 		}
 	}()
-	var a *Agent
+	parts := agentParts{dp: dp, health: h, m: m, store: store}
 	if ml != nil {
-		a = newAgent(cfg, log, dp, ml, h, m)
-	} else {
-		a = newAgent(cfg, log, dp, nil, h, m)
+		parts.ml = ml
 	}
-	a.store = store
 	if cfg.Mode == agentv1.ModeARP && cfg.Membership.Dynamic {
-		a.prober = newARPProber(ifName)
+		parts.prober = newARPProber(ifName)
 	}
+	a := newAgent(cfg, log, parts)
 
 	if cfg.Admin.Listen != "0" {
 		stop, err := serveAdmin(cfg.Admin.Listen, readOnlyHandler(a, reg))
@@ -127,9 +122,9 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	if cfg.Membership.Dynamic {
 		goSafe(log, crash, "state file", func() { watchStateFile(hctx, store, o.reload) })
 	}
-	if st, ok := dp.(dataplaneStatus); ok && cfg.Mode == agentv1.ModeARP {
-		// Track the VIP interface (linkwatch.go).
-		if a.link, err = startLinkWatch(hctx, st.Status().Interface, a.Wake, log); err != nil {
+	if st := dp.Status().ARP; st != nil {
+		// Track the VIP interface (linkwatch.go); wired before the loop runs.
+		if a.link, err = startLinkWatch(hctx, st.Interface, a.Wake, log); err != nil {
 			log.Error(err, "VIP interface not tracked: a link going down releases only through lost contact")
 		}
 	}
@@ -149,41 +144,6 @@ func warnConfig(cfg *agentv1.AgentConfiguration, log logr.Logger) {
 	if cfg.Election.Insecure && cfg.Mode == agentv1.ModeARP {
 		log.Info("WARNING: election.insecure: gossip is not authenticated; anyone who reaches the gossip port can move the VIP")
 	}
-}
-
-func newDataplane(cfg *agentv1.AgentConfiguration, log logr.Logger, reg prometheus.Registerer) (dataplane.Dataplane, string, error) {
-	if cfg.Mode == agentv1.ModeBGP {
-		// The one call into modes/bgp; its signature follows that package.
-		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg)
-		if err != nil {
-			return nil, "", fmt.Errorf("bgp: %w", err)
-		}
-		return sp, "", nil
-	}
-	vips := cfg.ParsedVIPs()
-	removed, err := arp.RemoveStale(vips)
-	if len(removed) > 0 {
-		log.Info("removed VIPs left by an earlier run (SIGKILL or crash)", "addresses", removed)
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	ifName := cfg.Interface
-	if ifName == "" {
-		ifName, err = arp.InterfaceFor(vips[0])
-		if err != nil {
-			return nil, "", fmt.Errorf("interface: auto-detection failed (%w); set interface", err)
-		}
-		log.Info("interface detected from the route to the VIP", "interface", ifName, "vip", vips[0].String())
-	}
-	dp, err := arp.New(arp.Config{
-		Interface:       ifName,
-		BurstCount:      cfg.ARP.BurstCount,
-		BurstInterval:   cfg.ARP.BurstInterval.Duration,
-		RefreshInterval: cfg.ARP.RefreshInterval.Duration,
-		ProbeInterval:   cfg.ARP.ProbeInterval.Duration,
-	}, log.WithName("arp"), reg)
-	return dp, ifName, err
 }
 
 // Option tunes Run.

@@ -7,9 +7,7 @@ import (
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 
-	"github.com/caplb/caplb/modes/arp"
-	"github.com/caplb/caplb/modes/bgp"
-	"github.com/caplb/caplb/modes/election"
+	"github.com/caplb/caplb/modes/dataplane"
 )
 
 // Status is the agent's state as /status shows it (JSON), for people and for
@@ -42,11 +40,12 @@ type Status struct {
 	LastTransition *Transition    `json:"lastTransition,omitempty"`
 	ConfigDigest   string         `json:"configDigest"`
 	Members        []MemberStatus `json:"members,omitempty"`
-	Dataplane      *arp.Status    `json:"dataplane,omitempty"`
+	// Dataplane shows the VIPs held on the interface in arp mode.
+	Dataplane *dataplane.ARPStatus `json:"dataplane,omitempty"`
 	// BGP shows the speaker's sessions and announced prefixes in bgp mode.
-	BGP            *bgp.Status `json:"bgp,omitempty"`
-	Updated        time.Time   `json:"updated"`
-	ConfigMismatch []string    `json:"configMismatch,omitempty"`
+	BGP            *dataplane.BGPStatus `json:"bgp,omitempty"`
+	Updated        time.Time            `json:"updated"`
+	ConfigMismatch []string             `json:"configMismatch,omitempty"`
 	// MembershipVersion is the membership this node runs; NewestVersion the
 	// newest any peer advertises (higher: this node is stale and waits).
 	MembershipVersion int64 `json:"membershipVersion"`
@@ -75,41 +74,42 @@ type MemberStatus struct {
 	ConfigDigest string `json:"configDigest,omitempty"`
 }
 
-func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligible bool, v election.View, d election.Decision) {
+// publish makes the outcome of a step what /status, the Node report and
+// the metrics show.
+func (a *Agent) publish(in inputs, out output) {
+	st, v, d := a.st, out.view, out.decision
 	s := Status{
-		Node: a.cfg.NodeName, Mode: a.cfg.Mode, Holding: a.holding, VIPs: a.cfg.VIPs,
-		Healthy: healthy, Health: healthDetail, Eligible: eligible, Quiescing: a.quiescing,
+		Node: a.cfg.NodeName, Mode: a.cfg.Mode, Holding: st.holding, VIPs: a.cfg.VIPs,
+		Healthy: in.healthy, Health: in.healthDetail, Eligible: out.eligible, Quiescing: st.quiescing,
 		Quorum: d.Quorum, MembersSeen: d.Seen, MembersConfigured: len(v.Members),
 		MembershipVersion: v.Version, NewestVersion: d.Newest,
-		Owner: d.Owner, Decision: d.Reason, Waiting: a.waitingReason, Transitions: a.transitions,
-		ConfigDigest: a.digest(), Updated: now,
+		Owner: d.Owner, Decision: d.Reason, Waiting: st.waitingReason, Transitions: st.transitions,
+		ConfigDigest: in.digest, Updated: in.now,
 	}
-	if a.ml == nil {
+	if !in.election {
 		s.MembersConfigured = len(a.cfg.Members)
 	}
-	rep := a.report(now, healthy, v)
+	rep := a.rules.report(st, in)
 	s.Report = &rep
-	if a.ml != nil {
-		if at := a.ml.ConfirmedAt(); !at.IsZero() {
-			s.MajorityContact = &at
-		}
+	if at := in.confirmedAt; !at.IsZero() {
+		s.MajorityContact = &at
 	}
 	switch {
-	case a.cfg.Mode == agentv1.ModeBGP && a.holding:
+	case a.cfg.Mode == agentv1.ModeBGP && st.holding:
 		s.Role = "announcing"
 	case a.cfg.Mode == agentv1.ModeBGP:
 		s.Role = "withdrawn"
-	case a.holding:
+	case st.holding:
 		s.Role = "owner"
 	default:
 		s.Role = "backup"
 	}
-	if a.transitions > 0 {
+	if st.transitions > 0 {
 		to := "backup"
-		if a.holding {
+		if st.holding {
 			to = "owner"
 		}
-		s.LastTransition = &Transition{At: a.lastChange, To: to, Reason: a.lastReason}
+		s.LastTransition = &Transition{At: st.lastChange, To: to, Reason: st.lastReason}
 	}
 	for _, m := range v.Members {
 		s.Members = append(s.Members, MemberStatus{Name: m.Name, Alive: m.Alive, Eligible: m.Meta.Eligible,
@@ -120,14 +120,8 @@ func (a *Agent) publish(now time.Time, healthy bool, healthDetail string, eligib
 		s.Others = append(s.Others, MemberStatus{Name: m.Name, Alive: m.Alive, Eligible: m.Meta.Eligible,
 			Holding: m.Meta.Holding, Quiescing: m.Meta.Quiescing, ConfigDigest: m.Meta.ConfigDigest})
 	}
-	if r, ok := a.dp.(dataplaneStatus); ok {
-		ds := r.Status()
-		s.Dataplane = &ds
-	}
-	if r, ok := a.dp.(bgpStatus); ok {
-		bs := r.Status()
-		s.BGP = &bs
-	}
+	ds := a.dp.Status()
+	s.Dataplane, s.BGP = ds.ARP, ds.BGP
 	a.m.observe(s)
 	a.mu.Lock()
 	a.status = s

@@ -18,7 +18,6 @@
 package arp
 
 import (
-	"net/netip"
 	"time"
 )
 
@@ -37,21 +36,4 @@ type Config struct {
 	RefreshInterval time.Duration
 	// ProbeInterval between duplicate-owner probes while holding.
 	ProbeInterval time.Duration
-}
-
-// Duplicate is another MAC seen answering for a VIP this node holds.
-type Duplicate struct {
-	VIP       netip.Addr `json:"vip"`
-	MAC       string     `json:"mac"`
-	FirstSeen time.Time  `json:"firstSeen"`
-	LastSeen  time.Time  `json:"lastSeen"`
-	Packets   int        `json:"packets"`
-}
-
-// Status is the data plane's state for /status.
-type Status struct {
-	Interface  string       `json:"interface"`
-	MAC        string       `json:"mac"`
-	Held       []netip.Addr `json:"held"`
-	Duplicates []Duplicate  `json:"duplicates,omitempty"`
 }

@@ -44,7 +44,7 @@ type Announcer struct {
 
 	mu     sync.Mutex
 	held   map[netip.Addr]context.CancelFunc
-	dups   map[netip.Addr]*Duplicate
+	dups   map[netip.Addr]*dataplane.Duplicate
 	lastRe map[netip.Addr]time.Time // last re-announcement because of a duplicate
 	// quiet: holding but handing over; neither announce nor defend.
 	quiet  bool
@@ -75,7 +75,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 	}
 	a := &Announcer{
 		cfg: cfg, log: log, link: link, ifi: ifi,
-		held: map[netip.Addr]context.CancelFunc{}, dups: map[netip.Addr]*Duplicate{}, lastRe: map[netip.Addr]time.Time{},
+		held: map[netip.Addr]context.CancelFunc{}, dups: map[netip.Addr]*dataplane.Duplicate{}, lastRe: map[netip.Addr]time.Time{},
 		announced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "caplb_agent_announcements_sent_total",
 			Help: "Gratuitous ARP packets (family ipv4) and unsolicited neighbour advertisements (ipv6) sent.",
@@ -88,7 +88,7 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 	a.dupGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "caplb_agent_duplicate_owners",
 		Help: "VIPs held by this node for which another MAC answered in the last 5s.",
-	}, func() float64 { return float64(len(a.Status().Duplicates)) })
+	}, func() float64 { return float64(len(a.Status().ARP.Duplicates)) })
 	if reg != nil {
 		for _, c := range []prometheus.Collector{a.announced, a.dupCounter, a.dupGauge} {
 			if err := reg.Register(c); err != nil {
@@ -146,8 +146,17 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 		return errors.New("arp: data plane closed")
 	}
 	var errs []error
+	if d.Quiet {
+		a.setQuietLocked(true)
+	} else {
+		// Out of quiet only once the VIPs are what they should be: a
+		// release never announces the VIPs it removes.
+		defer a.setQuietLocked(false)
+	}
 	if len(want) == 0 {
 		a.handover.release("VIPs released")
+	} else if d.HandOver != nil && len(a.held) == 0 {
+		a.handover.start(d.VIPs, d.HandOver.From, d.HandOver.Window)
 	}
 	for v, cancel := range a.held {
 		if !want[v] {
@@ -242,20 +251,11 @@ func (a *Announcer) Close(context.Context) error {
 	return errors.Join(errs...)
 }
 
-// HandOverFrom installs, for window, the redirect of TCP flows this node did
-// not see start to prev, the previous owner's node address, which still holds
-// the VIPs while it drains. Call it before the Sync that claims the VIPs.
-// It programs nftables over netlink; a failure is logged (naming the rule)
-// and the hand-over goes on without the redirect.
-func (a *Announcer) HandOverFrom(vips []netip.Addr, prev netip.Addr, window time.Duration) {
-	a.handover.start(vips, prev, window)
-}
-
 // Status reports held VIPs and current duplicates.
-func (a *Announcer) Status() Status {
+func (a *Announcer) Status() dataplane.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Interface: a.cfg.Interface, MAC: a.ifi.HardwareAddr.String()}
+	s := &dataplane.ARPStatus{Interface: a.cfg.Interface, MAC: a.ifi.HardwareAddr.String()}
 	for v := range a.held {
 		s.Held = append(s.Held, v)
 	}
@@ -265,7 +265,7 @@ func (a *Announcer) Status() Status {
 			s.Duplicates = append(s.Duplicates, *d)
 		}
 	}
-	return s
+	return dataplane.Status{ARP: s}
 }
 
 func (a *Announcer) announceLoop(ctx context.Context, vip netip.Addr) {
@@ -449,7 +449,7 @@ func (a *Announcer) observe(ip netip.Addr, mac net.HardwareAddr) {
 	d := a.dups[ip]
 	fresh := d == nil || d.MAC != mac.String() || now.Sub(d.LastSeen) > duplicateActive
 	if fresh {
-		d = &Duplicate{VIP: ip, MAC: mac.String(), FirstSeen: now}
+		d = &dataplane.Duplicate{VIP: ip, MAC: mac.String(), FirstSeen: now}
 		a.dups[ip] = d
 		a.dupCounter.Inc()
 	}
@@ -460,22 +460,20 @@ func (a *Announcer) observe(ip netip.Addr, mac net.HardwareAddr) {
 		a.lastRe[ip] = now
 	}
 	a.mu.Unlock()
-	if fresh {
-		a.log.Info("duplicate owner: another MAC answers for a VIP this node holds", "vip", ip.String(), "mac", mac.String())
-	}
 	if reannounce {
 		a.announce(ip)
 	}
+	if fresh {
+		a.log.Info("duplicate owner: another MAC answers for a VIP this node holds", "vip", ip.String(), "mac", mac.String())
+	}
 }
 
-// SetQuiet(true) keeps the held VIPs on the interface (connections still
-// arriving are served) but stops announcing and defending them: the agent's
-// make-before-break hand-over, while the successor's announcements move the
-// neighbours. SetQuiet(false) announces every held VIP again at once, with a
-// fresh burst.
-func (a *Announcer) SetQuiet(quiet bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// setQuietLocked(true) keeps the held VIPs on the interface (connections
+// still arriving are served) but stops announcing and defending them: the
+// agent's make-before-break hand-over (dataplane.Desired.Quiet), while the
+// successor's announcements move the neighbours. setQuietLocked(false)
+// announces every held VIP again at once, with a fresh burst. a.mu held.
+func (a *Announcer) setQuietLocked(quiet bool) {
 	if a.quiet == quiet || a.closed {
 		return
 	}
@@ -519,7 +517,7 @@ func (a *Announcer) setQuietRulesLocked(on bool) {
 	}
 	if err := a.tables.installQuiet(vips); err != nil {
 		a.log.Error(err, "quiet tables not installed: the draining node still answers ARP / NS for the VIPs")
-		// Some tables may be in: make sure a later SetQuiet(false) removes them.
+		// Some tables may be in: make sure leaving quiet removes them.
 	}
 	a.quietRules = true
 }

@@ -74,7 +74,7 @@ func TestAnnouncer(t *testing.T) {
 	g.Expect(labels).To(Equal([]string{"eth0:caplb"}))
 
 	// A gratuitous ARP for the VIP from a's MAC reaches the neighbour.
-	mac := dp.Status().MAC
+	mac := dp.Status().ARP.MAC
 	g.Expect(watcher.SetReadDeadline(time.Now().Add(3 * time.Second))).To(Succeed())
 	for {
 		p, _, err := watcher.Read()
@@ -89,7 +89,7 @@ func TestAnnouncer(t *testing.T) {
 	claim, err := mdarp.NewPacket(mdarp.OperationReply, bmac, vip, ethernet.Broadcast, vip)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(watcher.WriteTo(claim, ethernet.Broadcast)).To(Succeed())
-	g.Eventually(func() []arp.Duplicate { return dp.Status().Duplicates }, 3*time.Second, 20*time.Millisecond).
+	g.Eventually(func() []dataplane.Duplicate { return dp.Status().ARP.Duplicates }, 3*time.Second, 20*time.Millisecond).
 		Should(ContainElement(HaveField("MAC", bmac.String())))
 	mfs, err := reg.Gather()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -167,11 +167,15 @@ func TestQuietOwnerDoesNotAnswerARP(t *testing.T) {
 		}
 	}
 	g.Expect(answered()).To(BeTrue(), "the holder's kernel answers ARP for the VIP")
-	g.Expect(a.Do(func() error { dp.SetQuiet(true); return nil })).To(Succeed())
+	g.Expect(a.Do(func() error {
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}, Quiet: true})
+	})).To(Succeed())
 	for range 3 {
 		g.Expect(answered()).To(BeFalse(), "a quiet holder must not answer ARP for the VIP")
 	}
-	g.Expect(a.Do(func() error { dp.SetQuiet(false); return nil })).To(Succeed())
+	g.Expect(a.Do(func() error {
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
+	})).To(Succeed())
 	g.Expect(answered()).To(BeTrue(), "out of quiet, the holder answers again")
 }
 
@@ -237,7 +241,7 @@ func TestLinkFlapKeepsARP(t *testing.T) {
 	claim, err := mdarp.NewPacket(mdarp.OperationReply, watcher.HardwareAddr(), vip1, ethernet.Broadcast, vip1)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(watcher.WriteTo(claim, ethernet.Broadcast)).To(Succeed())
-	g.Eventually(func() []arp.Duplicate { return dp.Status().Duplicates }, 3*time.Second, 20*time.Millisecond).
+	g.Eventually(func() []dataplane.Duplicate { return dp.Status().ARP.Duplicates }, 3*time.Second, 20*time.Millisecond).
 		Should(ContainElement(HaveField("VIP", vip1)), "duplicate detection survives a link flap")
 }
 
@@ -277,7 +281,7 @@ func TestAnnouncerWithoutNodeIPv4(t *testing.T) {
 	})).To(Succeed())
 	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
 
-	mac := dp.Status().MAC
+	mac := dp.Status().ARP.MAC
 	g.Expect(watcher.SetReadDeadline(time.Now().Add(3 * time.Second))).To(Succeed())
 	for {
 		p, _, err := watcher.Read()

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,16 +30,10 @@ func (*Announcer) Sync(context.Context, dataplane.Desired) error { return errLin
 func (*Announcer) Close(context.Context) error { return nil }
 
 // Status is empty.
-func (*Announcer) Status() Status { return Status{} }
+func (*Announcer) Status() dataplane.Status { return dataplane.Status{} }
 
 // RemoveStale fails: Linux only.
 func RemoveStale([]netip.Addr) ([]string, error) { return nil, errLinuxOnly }
 
 // InterfaceFor fails: Linux only.
 func InterfaceFor(netip.Addr) (string, error) { return "", errLinuxOnly }
-
-// SetQuiet does nothing.
-func (*Announcer) SetQuiet(bool) {}
-
-// HandOverFrom does nothing.
-func (*Announcer) HandOverFrom([]netip.Addr, netip.Addr, time.Duration) {}

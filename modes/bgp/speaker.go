@@ -361,19 +361,19 @@ func (s *Speaker) lingerExpired() {
 }
 
 // Status reports the sessions and the announced prefixes.
-func (s *Speaker) Status() Status {
+func (s *Speaker) Status() dataplane.Status {
 	s.mu.Lock()
 	announced := map[string]struct{}{}
 	for v := range s.announced {
 		announced[prefixOf(v)] = struct{}{}
 	}
 	s.mu.Unlock()
-	return Status{
+	return dataplane.Status{BGP: &dataplane.BGPStatus{
 		RouterID:  s.routerID.String(),
 		ASN:       s.asn,
 		Announced: sortedStrings(announced),
 		Peers:     s.tracker.snapshot(),
-	}
+	}}
 }
 
 func canonicalAddr(s string) string {

@@ -167,7 +167,7 @@ func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	ctx := context.Background()
 
-	g.Eventually(func() string { return s.Status().Peers[0].State }, 10*time.Second, 20*time.Millisecond).Should(Equal("established"))
+	g.Eventually(func() string { return s.Status().BGP.Peers[0].State }, 10*time.Second, 20*time.Millisecond).Should(Equal("established"))
 	g.Expect(metricValue(t, s.metrics.sessionUp.WithLabelValues("127.0.0.1"))).To(Equal(1.0))
 
 	vip := netip.MustParseAddr("10.0.0.100")
@@ -179,12 +179,12 @@ func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
 	g.Eventually(router.routes, 5*time.Second, 10*time.Millisecond).Should(Equal(map[string]string{
 		"10.0.0.100/32": "nh=127.0.0.2 c=65000:100",
 	}), "next hop self (the session's local address) and the community")
-	g.Expect(s.Status().Announced).To(Equal([]string{"10.0.0.100/32"}))
+	g.Expect(s.Status().BGP.Announced).To(Equal([]string{"10.0.0.100/32"}))
 	g.Expect(metricValue(t, s.metrics.announced)).To(Equal(1.0))
 
 	g.Expect(s.Sync(ctx, dataplane.Desired{Announce: false, VIPs: []netip.Addr{vip}})).To(Succeed())
 	g.Eventually(router.routes, 5*time.Second, 10*time.Millisecond).Should(BeEmpty())
-	g.Expect(s.Status().Announced).To(BeEmpty())
+	g.Expect(s.Status().BGP.Announced).To(BeEmpty())
 	g.Expect(metricValue(t, s.metrics.withdrawals)).To(Equal(1.0))
 	held, _ = addrs.get()
 	g.Expect(held).To(Equal([]netip.Addr{vip}), "the VIP lingers on the node right after the withdrawal")
@@ -214,7 +214,7 @@ func TestSpeakerIPv6VIPNeedsIPv6Peer(t *testing.T) {
 		netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("fd00::100"),
 	}})
 	g.Expect(err).To(MatchError(ContainSubstring("VIP fd00::100: no bgp.peers entry of its address family")))
-	g.Expect(s.Status().Announced).To(Equal([]string{"10.0.0.100/32"}), "the other VIP is still announced")
+	g.Expect(s.Status().BGP.Announced).To(Equal([]string{"10.0.0.100/32"}), "the other VIP is still announced")
 }
 
 func TestSpeakerWrongASNIsExplained(t *testing.T) {
@@ -227,9 +227,9 @@ func TestSpeakerWrongASNIsExplained(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 
-	g.Eventually(func() string { return s.Status().Peers[0].LastError }, 10*time.Second, 20*time.Millisecond).Should(
+	g.Eventually(func() string { return s.Status().BGP.Peers[0].LastError }, 10*time.Second, 20*time.Millisecond).Should(
 		And(ContainSubstring("bad peer AS"), ContainSubstring("bgp.asn is not the AS it expects")), logs.String)
-	g.Expect(s.Status().Peers[0].State).NotTo(Equal("established"))
+	g.Expect(s.Status().BGP.Peers[0].State).NotTo(Equal("established"))
 	g.Expect(logs.String()).To(ContainSubstring("BGP session problem"))
 	g.Expect(metricValue(t, s.metrics.peerErrors.WithLabelValues("127.0.0.1", "notification_received"))).To(BeNumerically(">=", 1))
 }
@@ -278,7 +278,7 @@ func TestSpeakerCloseSettlesAfterWithdrawal(t *testing.T) {
 	cfg.AddressLinger = &metav1.Duration{Duration: 10 * time.Second}
 	s, err := newSpeaker(cfg, logr.Discard(), nil, addrs, time.Now)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() string { return s.Status().Peers[0].State }, 10*time.Second, 20*time.Millisecond).Should(Equal("established"))
+	g.Eventually(func() string { return s.Status().BGP.Peers[0].State }, 10*time.Second, 20*time.Millisecond).Should(Equal("established"))
 	vip := []netip.Addr{netip.MustParseAddr("10.0.0.100")}
 	g.Expect(s.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: vip})).To(Succeed())
 	g.Eventually(router.routes, 5*time.Second, 10*time.Millisecond).Should(HaveLen(1))

@@ -10,35 +10,11 @@ import (
 
 	"github.com/go-logr/logr"
 	api "github.com/osrg/gobgp/v3/api"
+
+	"github.com/caplb/caplb/modes/dataplane"
 )
 
-// Status is the speaker's state for the agent's /status endpoint.
-type Status struct {
-	// RouterID and ASN are what the speaker presents to its peers.
-	RouterID string `json:"routerID"`
-	ASN      uint32 `json:"asn"`
-	// Announced are the prefixes currently advertised (VIP/32, VIP/128).
-	Announced []string `json:"announced"`
-	// Peers are the sessions, in configuration order.
-	Peers []PeerStatus `json:"peers"`
-}
-
-// PeerStatus is one BGP session.
-type PeerStatus struct {
-	Address string `json:"address"`
-	ASN     uint32 `json:"asn"`
-	// State is the BGP FSM state: idle, connect, active, opensent, openconfirm, established.
-	State string `json:"state"`
-	// Since is when the session entered State.
-	Since time.Time `json:"since"`
-	// LastError explains the latest failure (a NOTIFICATION, a connect error, an expired hold
-	// timer), cleared when the session is established.
-	LastError string `json:"lastError,omitempty"`
-	// LastErrorTime is when LastError was seen.
-	LastErrorTime *time.Time `json:"lastErrorTime,omitempty"`
-}
-
-// peerTracker folds gobgp's peer state events and log-derived errors into PeerStatus, logs
+// peerTracker folds gobgp's peer state events and log-derived errors into dataplane.PeerStatus, logs
 // every change once, and keeps the metrics current.
 type peerTracker struct {
 	log     logr.Logger
@@ -47,15 +23,15 @@ type peerTracker struct {
 
 	mu    sync.Mutex
 	order []string
-	peers map[string]*PeerStatus
+	peers map[string]*dataplane.PeerStatus
 }
 
 func newPeerTracker(log logr.Logger, m *metrics, peers []agentv1.BGPPeer, now func() time.Time) *peerTracker {
-	t := &peerTracker{log: log, metrics: m, now: now, peers: map[string]*PeerStatus{}}
+	t := &peerTracker{log: log, metrics: m, now: now, peers: map[string]*dataplane.PeerStatus{}}
 	for _, p := range peers {
 		addr := canonicalAddr(p.Address)
 		t.order = append(t.order, addr)
-		t.peers[addr] = &PeerStatus{Address: addr, ASN: p.ASN, State: "idle", Since: now()}
+		t.peers[addr] = &dataplane.PeerStatus{Address: addr, ASN: p.ASN, State: "idle", Since: now()}
 		m.sessionUp.WithLabelValues(addr).Set(0)
 	}
 	return t
@@ -118,10 +94,10 @@ func (t *peerTracker) event(addr string, ev peerEvent) {
 	t.log.Error(nil, "BGP session problem", "peer", addr, "peerASN", p.ASN, "state", p.State, "error", ev.message)
 }
 
-func (t *peerTracker) snapshot() []PeerStatus {
+func (t *peerTracker) snapshot() []dataplane.PeerStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]PeerStatus, 0, len(t.order))
+	out := make([]dataplane.PeerStatus, 0, len(t.order))
 	for _, a := range t.order {
 		out = append(out, *t.peers[a])
 	}

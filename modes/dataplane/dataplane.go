@@ -6,6 +6,7 @@ package dataplane
 import (
 	"context"
 	"net/netip"
+	"time"
 )
 
 // Desired is what the agent wants this node to announce.
@@ -16,14 +17,38 @@ type Desired struct {
 	Announce bool
 	// VIPs are the virtual addresses of the load balancer, IPv4 and/or IPv6.
 	VIPs []netip.Addr
+	// Quiet keeps the VIPs held (connections still arriving are served) but neither announces
+	// nor defends them: the drain of a make-before-break hand-over, while the successor's
+	// announcements move the neighbours. It is entered before the VIPs change and left after,
+	// so that a release never announces the VIPs it removes. Data planes in which every member
+	// announces (BGP) ignore it.
+	Quiet bool
+	// HandOver, on the Sync that claims the VIPs from a member still holding them, asks the
+	// data plane to send that member's TCP flows back to it for a while (ARP: nftables), so
+	// that a graceful hand-over breaks no connection. It is ignored while the VIPs are held
+	// already, and by data planes that cannot redirect (BGP).
+	HandOver *HandOver
+}
+
+// HandOver names the previous holder of the VIPs and how long its flows go back to it.
+type HandOver struct {
+	// From is the previous holder's node address.
+	From netip.Addr
+	// Window is how long flows this node did not see start are sent to From.
+	Window time.Duration
 }
 
 // Dataplane converges the node to a Desired state.
 type Dataplane interface {
 	// Sync makes the node's announcements match desired. The agent calls it on every change of
-	// role and periodically; it must be idempotent and cheap when nothing changed. An error is
-	// logged and retried by the agent on its next tick.
+	// the desired state and periodically; it must be idempotent and cheap when nothing changed.
+	// An error is logged and retried by the agent on its next tick; a Sync that claims the VIPs
+	// and fails must leave them unannounced.
 	Sync(ctx context.Context, desired Desired) error
+
+	// Status reports what the node's kernel and wire show now (addresses held, sessions), for
+	// the agent's /status. It is called after every Sync and must not block on the network.
+	Status() Status
 
 	// Close withdraws every announcement and removes every address the data plane added. The
 	// agent calls it on every exit path (signal, error, panic recovery); it must be idempotent

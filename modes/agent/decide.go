@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
+	"github.com/caplb/caplb/modes/election"
+)
+
+// need is I/O that decide cannot do itself (it is pure): the loop does it
+// and steps again with the outcome in the inputs.
+type need int
+
+const (
+	needNothing need = iota
+	// needConfirmation: a claim is due once a majority answers direct
+	// pings (inputs.confirmation).
+	needConfirmation
+	// needProbe: a bootstrap claim is due once nobody answers for the VIP
+	// (inputs.probe).
+	needProbe
+)
+
+// decide returns whether this node should hold the VIPs and why, updating
+// the timers of st it owns (claimSince, confirmFailAt, the hand-over's).
+func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, d election.Decision) (bool, string, need) {
+	now, self, e := in.now, r.cfg.NodeName, r.cfg.Election
+	if r.cfg.Mode == agentv1.ModeBGP {
+		if eligible {
+			return true, "eligible (bgp: every eligible member announces)", needNothing
+		}
+		return false, "not eligible: " + r.ineligibleReason(*st, in), needNothing
+	}
+	if r.bootstrap(v) {
+		return r.decideBootstrap(st, in, eligible)
+	}
+	settled := !st.quorumSince.IsZero() && now.Sub(st.quorumSince) >= e.Settle.Duration
+	if st.holding || !(eligible && d.Quorum && d.Owner == self) {
+		st.claimSince = time.Time{}
+	}
+	switch {
+	case st.holding && in.linkDown:
+		// Nobody can be reached to hand over to: let go at once, as
+		// keepalived's track_interface does (linkwatch.go).
+		return false, "VIP interface down", needNothing
+	case !d.Quorum && st.holding && r.holdThroughNoQuorum(*st, in):
+		return true, "gossip shows no quorum, but a majority answered direct pings just now", needNothing
+	case !d.Quorum:
+		return false, d.Reason, needNothing
+	case st.holding && r.lostContact(in):
+		return false, fmt.Sprintf("no direct answer from a majority for %v", e.ContactTimeout.Duration), needNothing
+	case eligible && d.Owner == self:
+		if st.holding {
+			return true, d.Reason, needNothing
+		}
+		if !settled {
+			return false, "quorum regained; settling before claiming", needNothing
+		}
+		if d.Stale(v) {
+			return false, fmt.Sprintf("claim withheld: a peer runs membership version %d, this node %d", d.Newest, v.Version), needNothing
+		}
+		if !d.ClaimQuorum {
+			return false, fmt.Sprintf("claim withheld: %d of %d members agree on membership version %d and the configuration (conflicting: %v)", d.Agreeing, len(v.Members), v.Version, d.Conflicting), needNothing
+		}
+		// Members ahead of us in preference that are alive may be eligible
+		// with news that has not reached us yet (a quiesce cancelled, a
+		// health check recovered): give their claim a head start, a few
+		// gossip rounds each, rather than claim together and flip the
+		// neighbours' caches twice. With the owner dead and nobody alive
+		// ahead, there is no wait.
+		if st.claimSince.IsZero() {
+			st.claimSince = now
+		}
+		if wait := time.Duration(aliveAhead(v, self)) * claimStagger(r.cfg); now.Sub(st.claimSince) < wait {
+			return false, fmt.Sprintf("claim staggered %v behind members preferred over this one", wait), needNothing
+		}
+		if now.Sub(st.confirmFailAt) < e.ProbeInterval.Duration {
+			return false, "claim withheld: a majority did not answer direct pings", needNothing
+		}
+		c := in.confirmation
+		if c == nil {
+			return false, "", needConfirmation
+		}
+		if c.reached < c.needed {
+			st.confirmFailAt = now
+			return false, fmt.Sprintf("claim withheld: %d of %d needed members answered direct pings", c.reached, c.needed), needNothing
+		}
+		return true, d.Reason, needNothing
+	case eligible:
+		if st.holding {
+			return false, "yielding: " + d.Reason, needNothing
+		}
+		return false, d.Reason, needNothing
+	case !st.holding:
+		return false, "not eligible: " + r.ineligibleReason(*st, in), needNothing
+	}
+	want, reason := r.handOver(st, in, v)
+	return want, reason, needNothing
+}
+
+// handOver decides for a holder that is not eligible: make-before-break.
+// It keeps the VIPs until another member announces them (plus the drain
+// period), so that clients never find nobody at the VIP.
+func (r rules) handOver(st *loopState, in inputs, v election.View) (bool, string) {
+	now, self := in.now, r.cfg.NodeName
+	successor, candidate := "", false
+	for _, m := range v.Members {
+		if m.Name == self || !m.Alive {
+			continue
+		}
+		if m.Meta.Holding && m.Meta.Eligible && successor == "" {
+			successor = m.Name
+		}
+		candidate = candidate || m.Meta.Eligible
+	}
+	if successor != "" {
+		st.handingOver = true
+		if st.successor != successor {
+			st.successor, st.successorAt = successor, now
+		}
+		// The drain applies to every hand-over (quiesce, exit, unhealthy):
+		// we are quiet already, so it only serves stragglers whose caches
+		// have not moved yet.
+		if now.Sub(st.successorAt) >= r.cfg.Quiesce.Drain.Duration {
+			return false, fmt.Sprintf("handed over to %s (%s)", successor, r.ineligibleReason(*st, in))
+		}
+		return true, fmt.Sprintf("draining: %s announces the VIPs", successor)
+	}
+	st.successor, st.successorAt = "", time.Time{}
+	waited := now.Sub(st.handoverStart)
+	st.lastFailOpen = false
+	switch {
+	case !in.healthy && !candidate && !st.exiting && !st.quiescing && v.Member && r.failOpen():
+		// Fail-open: every member's API server failing at once is etcd
+		// losing quorum, not this node; the VIP stays where it is so that
+		// recovery tools reach an endpoint. Only with quorum (checked
+		// before): a minority never holds. Only one holder fails open: a
+		// real API server's /readyz fails on each node a little apart, so a
+		// member can claim from a failing owner and fail itself during the
+		// owner's drain, leaving two holders with nobody to hand over to;
+		// the less preferred one lets go.
+		if other := holderAhead(v, self); other != "" {
+			return false, fmt.Sprintf("fail-open: %s, preferred over this node, keeps the VIP", other)
+		}
+		st.lastFailOpen = true
+		return true, "fail-open: local API server unhealthy but no member is eligible; keeping the VIP"
+	case !in.healthy && !candidate:
+		return false, "local API server unhealthy and no eligible member to hand over to"
+	case st.exiting && !candidate:
+		return false, "exiting and no eligible member to hand over to"
+	case (st.exiting || !in.healthy) && waited >= r.cfg.Quiesce.HandoverTimeout.Duration:
+		return false, fmt.Sprintf("no successor announced within %v (%s)", r.cfg.Quiesce.HandoverTimeout.Duration, r.ineligibleReason(*st, in))
+	case !candidate:
+		return true, "quiesce pending: no eligible member to hand over to"
+	}
+	return true, "handing over: waiting for a successor to announce"
+}
+
+// decideBootstrap: with no membership yet, the first eligible node takes the
+// VIP alone, after checking that nobody answers for it (another node booted
+// from the same data may hold it already). It keeps it until version 1
+// arrives (then the normal rules apply; version 1's single member keeps
+// holding without a gap) or the agent exits.
+func (r rules) decideBootstrap(st *loopState, in inputs, eligible bool) (bool, string, need) {
+	now := in.now
+	switch {
+	case st.holding && st.exiting:
+		return false, "exiting (bootstrap membership: nobody to hand over to)", needNothing
+	case st.holding:
+		return true, "bootstrap membership: holding the VIP alone until the manager issues version 1", needNothing
+	case !eligible:
+		return false, "bootstrap membership: not eligible: " + r.ineligibleReason(*st, in), needNothing
+	case now.Before(st.nextProbe):
+		return false, st.lastProbe + " (probing again shortly)", needNothing
+	case !r.probeBootstrap:
+		return true, "bootstrap membership: first eligible node, holding the VIP alone", needNothing
+	case in.probe == nil:
+		return false, "", needProbe
+	}
+	st.nextProbe = now.Add(time.Second + in.probeJitter)
+	switch p := in.probe; {
+	case p.err != nil:
+		st.lastProbe = fmt.Sprintf("bootstrap membership: probing the VIP failed: %v", p.err)
+		return false, st.lastProbe, needNothing
+	case p.res.answered:
+		st.lastProbe = "bootstrap membership: another host answers for the VIP; waiting as a non-member"
+		return false, st.lastProbe, needNothing
+	case p.res.competing:
+		st.lastProbe = "bootstrap membership: another node probes for the VIP; backing off"
+		return false, st.lastProbe, needNothing
+	}
+	return true, "bootstrap membership: nobody answers for the VIP; holding it alone", needNothing
+}
+
+// failOpen: election.failOpen, default true.
+func (r rules) failOpen() bool {
+	return r.cfg.Election.FailOpen == nil || *r.cfg.Election.FailOpen
+}
+
+// bootstrap: dynamic membership at version 0 with no members, the state of
+// a new cluster's first machines before the manager issued version 1.
+func (r rules) bootstrap(v election.View) bool {
+	return r.cfg.Membership.Dynamic && v.Version == 0 && len(v.Members) == 0
+}

@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"time"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
+	"github.com/caplb/caplb/modes/dataplane"
+	"github.com/caplb/caplb/modes/election"
+)
+
+// step is the agent's whole decision: from the state and the inputs of one
+// moment, the next state and what the data plane, the gossip and the log
+// must do. It is pure: the loop (loop.go) gathers the inputs before it and
+// applies the output after it.
+func (r rules) step(st loopState, in inputs) (loopState, output) {
+	var out output
+	now, self := in.now, r.cfg.NodeName
+	st.quiesceBy = maps.Clone(st.quiesceBy)
+	if st.quiesceBy == nil {
+		st.quiesceBy = map[string]string{}
+	}
+	if in.exit && !st.exiting {
+		st.exiting, st.quiescing, st.handoverStart = true, true, now
+		out.note("exit requested: handing over before releasing", "holding", st.holding)
+	}
+	for _, q := range in.quiesce {
+		st = st.request(q, &out)
+	}
+
+	// Once a successor announces the VIPs, the hand-over runs to its end
+	// even if the API server recovers meanwhile: reclaiming as the more
+	// preferred holder would move the VIP back and forth. A node outside
+	// the membership it runs is never eligible (the bootstrap membership,
+	// version 0 with no members, excepted).
+	eligible := in.healthy && !st.quiescing && !st.handingOver && in.linkUp
+	view := in.view
+	var d election.Decision
+	if in.election {
+		eligible = eligible && (view.Member || r.bootstrap(view))
+		st.silent = r.silentHolder(view, in.answers, now)
+		out.metaBefore = st.meta(eligible, in.digest)
+		view = withSelfMeta(view, out.metaBefore)
+		view, st.silentLogged = r.dropSilentHolders(view, st.silent, st.silentLogged, &out)
+		d = election.Decide(view)
+		st, out.pull = r.pullNewer(st, now, view, d)
+	}
+	// Out of touch with a majority (a bad link, or this process stalled):
+	// the view is stale, so a claim waits a full settle once contact is
+	// back, as after a loss of quorum. Otherwise a node that stalled while
+	// holding would release and then reclaim from a view that still shows
+	// its successor dead, moving the VIP back.
+	if in.election && r.lostContact(in) {
+		st.quorumSince = time.Time{}
+	}
+	if d.Quorum && st.quorumSince.IsZero() {
+		st.quorumSince, st.quorumLostAt = now, time.Time{}
+	} else if !d.Quorum && st.quorumLostAt.IsZero() {
+		st.quorumSince, st.quorumLostAt = time.Time{}, now
+	}
+	if !eligible && st.holding && st.handoverStart.IsZero() {
+		st.handoverStart = now
+	}
+	if eligible || !st.holding {
+		st.handoverStart, st.successorAt, st.successor = time.Time{}, time.Time{}, ""
+	}
+
+	want, reason, need := r.decide(&st, in, eligible, view, d)
+	switch need {
+	case needConfirmation:
+		out.needConfirmation = true
+		return st, out
+	case needProbe:
+		out.needProbe = true
+		return st, out
+	}
+	// Holding while not eligible is the hand-over: stay quiet so that the
+	// successor's announcements win the neighbours' caches. With nobody
+	// eligible to hand over to (fail-open, a quiesce pending) the holder is
+	// the only way to the VIP: it keeps answering and announcing, or a
+	// neighbour whose cache expires, or that a brief claimant moved, finds
+	// nobody.
+	quiet := want && !eligible && eligibleOther(view, self)
+	st.waitingReason = ""
+	if want == st.holding && reason != d.Reason {
+		st.waitingReason = reason
+	}
+	out.desired = dataplane.Desired{Announce: want, VIPs: r.vips, Quiet: quiet}
+	if want && !st.holding {
+		out.desired.HandOver = r.handOverFrom(view)
+	}
+	out.sync = want != st.holding || quiet != st.quiet || now.Sub(st.lastSync) >= resync
+	// A failed Sync that was to claim leaves the VIPs unannounced: nobody
+	// is told we hold. A failed release still counts as released.
+	out.unsynced = st.become(want && st.holding, reason, now)
+	if out.sync {
+		st.lastSync, st.quiet = now, quiet
+	}
+	st = st.become(want, reason, now)
+	out.eligible, out.view, out.decision = eligible, view, d
+	return st, out
+}
+
+// request applies one quiesce request: the node quiesces while any source
+// asks (an exiting node stays quiescing).
+func (st loopState) request(q quiesceRequest, out *output) loopState {
+	if q.reason == "" {
+		delete(st.quiesceBy, q.source)
+	} else {
+		st.quiesceBy[q.source] = q.reason
+	}
+	if st.exiting {
+		return st
+	}
+	if on := len(st.quiesceBy) > 0; on != st.quiescing {
+		st.quiescing = on
+		out.note("quiesce request", "quiescing", on, "source", q.source, "reason", q.reason)
+	}
+	return st
+}
+
+// withSelfMeta returns v with this node's entry carrying m, as the
+// membership shows it once m is set (election.Membership.SetMeta keeps the
+// version, and the digest it computes itself).
+func withSelfMeta(v election.View, m election.Meta) election.View {
+	members := append([]election.MemberView(nil), v.Members...)
+	for i := range members {
+		if members[i].Name != v.Self {
+			continue
+		}
+		old := members[i].Meta
+		m.Version = old.Version
+		if old.ConfigDigest != "" {
+			m.ConfigDigest = old.ConfigDigest
+		}
+		members[i].Meta = m
+	}
+	v.Members = members
+	return v
+}
+
+// handOverFrom: when this node claims the VIPs from a member that still
+// holds them (a graceful hand-over: it drains after we announce), the data
+// plane forwards that member's flows to it for the drain window. The holder
+// may be outside the roster: a member the latest version removed drains the
+// same way, and a handshake whose SYN reached it before the neighbours'
+// caches flipped would otherwise get a RST from us. nil in BGP mode, or
+// when nobody holds.
+func (r rules) handOverFrom(v election.View) *dataplane.HandOver {
+	if r.cfg.Mode == agentv1.ModeBGP {
+		return nil
+	}
+	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
+		if m.Name == r.cfg.NodeName || !m.Alive || !m.Meta.Holding {
+			continue
+		}
+		if addr := r.memberAddress(m); addr.IsValid() {
+			return &dataplane.HandOver{From: addr, Window: r.cfg.Quiesce.Drain.Duration + handoverRedirectMargin}
+		}
+		return nil
+	}
+	return nil
+}
+
+// memberAddress is m's node address: the configured one when m is in the
+// static member list, else what the membership knows.
+func (r rules) memberAddress(m election.MemberView) netip.Addr {
+	for _, mc := range r.cfg.Members {
+		if mc.Name == m.Name {
+			if addr, err := netip.ParseAddr(mc.Address); err == nil {
+				return addr
+			}
+		}
+	}
+	return m.Address
+}
+
+// ineligibleReason names why this node is not eligible in st ("eligible"
+// when it is).
+func (r rules) ineligibleReason(st loopState, in inputs) string {
+	switch {
+	case st.exiting:
+		return "exiting"
+	case st.quiescing:
+		return "quiescing"
+	case !in.healthy:
+		return "local API server unhealthy"
+	case st.handingOver:
+		return "hand-over in progress"
+	case !in.linkUp:
+		return "VIP interface down or back up less than " + linkHoldDown.String() + " ago"
+	case in.election && !in.roster.Has(r.cfg.NodeName):
+		return fmt.Sprintf("not a member of membership version %d", in.roster.Version)
+	}
+	return "eligible"
+}
