@@ -455,14 +455,23 @@ func (a *Announcer) observe(ip netip.Addr, mac net.HardwareAddr) {
 	}
 	d.LastSeen = now
 	d.Packets++
-	reannounce := now.Sub(a.lastRe[ip]) > time.Second
-	if reannounce {
+	// Answer with a fresh burst, not one packet: the other MAC may be in a
+	// burst of its own (a member that claimed from a stale view and yields
+	// a moment later), and the neighbours keep whichever MAC they heard
+	// last. One packet sent after its first left its later ones the last
+	// word: clients went to a node that had released the VIP until their
+	// neighbour entries expired, seconds later.
+	if now.Sub(a.lastRe[ip]) > time.Second {
 		a.lastRe[ip] = now
+		if cancel, ok := a.held[ip]; ok && !a.closed {
+			cancel()
+			actx, c := context.WithCancel(context.Background())
+			a.held[ip] = c
+			a.wg.Add(1)
+			go a.announceLoop(actx, ip)
+		}
 	}
 	a.mu.Unlock()
-	if reannounce {
-		a.announce(ip)
-	}
 	if fresh {
 		a.log.Info("duplicate owner: another MAC answers for a VIP this node holds", "vip", ip.String(), "mac", mac.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +178,77 @@ func TestQuietOwnerDoesNotAnswerARP(t *testing.T) {
 		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
 	})).To(Succeed())
 	g.Expect(answered()).To(BeTrue(), "out of quiet, the holder answers again")
+}
+
+// TestDuplicateAnsweredLast: a foreign MAC claims a held VIP in a burst (a
+// member that claimed from a stale view, and yields); the holder answers
+// with a burst of its own, so that the neighbours hear the holder last.
+// One answer to the first foreign packet left the later ones the last word.
+func TestDuplicateAnsweredLast(t *testing.T) {
+	l := lab.NewT(t, "arpdup")
+	g := NewWithT(t)
+	a, err := l.AddNamespace("a")
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := l.AddNamespace("b")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
+	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.47.0.1/24"))).To(Succeed())
+	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.47.0.2/24"))).To(Succeed())
+	vip := netip.MustParseAddr("10.47.0.100")
+
+	var c *mdarp.Client
+	g.Expect(b.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		c, err = mdarp.Dial(ifi)
+		return err
+	})).To(Succeed())
+	defer c.Close()
+
+	var dp *arp.Announcer
+	g.Expect(a.Do(func() error {
+		var err error
+		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 3, BurstInterval: 100 * time.Millisecond,
+			RefreshInterval: time.Hour, ProbeInterval: time.Hour}, logr.Discard(), nil)
+		if err != nil {
+			return err
+		}
+		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
+	})).To(Succeed())
+	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+	amac := dp.Status().ARP.MAC
+
+	// The neighbour records when it hears the holder's MAC for the VIP.
+	var mu sync.Mutex
+	var heard []time.Time
+	go func() {
+		for {
+			p, _, err := c.Read()
+			if err != nil {
+				return // closed
+			}
+			if p.SenderIP == vip && p.SenderHardwareAddr.String() == amac {
+				mu.Lock()
+				heard = append(heard, time.Now())
+				mu.Unlock()
+			}
+		}
+	}()
+	// Let the holder's own burst end (4 announcements, 300 ms).
+	g.Eventually(func() int { mu.Lock(); defer mu.Unlock(); return len(heard) }, 2*time.Second, 20*time.Millisecond).Should(Equal(4))
+	time.Sleep(200 * time.Millisecond)
+	claim, err := mdarp.NewPacket(mdarp.OperationReply, c.HardwareAddr(), vip, ethernet.Broadcast, vip)
+	g.Expect(err).NotTo(HaveOccurred())
+	var lastClaim time.Time
+	for range 3 {
+		g.Expect(c.WriteTo(claim, ethernet.Broadcast)).To(Succeed())
+		lastClaim = time.Now()
+		time.Sleep(100 * time.Millisecond)
+	}
+	g.Eventually(func() time.Time { mu.Lock(); defer mu.Unlock(); return heard[len(heard)-1] }, time.Second, 20*time.Millisecond).
+		Should(BeTemporally(">", lastClaim), "the holder announces after the foreign burst's last packet")
 }
 
 // TestLinkFlapKeepsARP: after the interface went down and up, the first
