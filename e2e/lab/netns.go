@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -213,13 +214,22 @@ func (l *Lab) removeLeftovers() error {
 	return errors.Join(errs...)
 }
 
-// killNamespacePids SIGKILLs every process still running in the namespace.
+// killNamespacePids SIGKILLs every process still running in the namespace,
+// except this one: `ip netns pids` goes by each process's main thread, and a
+// goroutine in Do (or a poller's) may be running on this process's main
+// thread, switched into the namespace, at that very moment. Killing it was
+// the test binary SIGKILLing itself ("signal: killed", seen in the kubeadm
+// lab when a machine was removed while a probe of it ran).
 func killNamespacePids(name string) {
 	out, err := exec.Command("ip", "netns", "pids", name).Output()
 	if err != nil {
 		return
 	}
+	self := strconv.Itoa(os.Getpid())
 	for _, f := range strings.Fields(string(out)) {
+		if f == self {
+			continue
+		}
 		_ = exec.Command("kill", "-9", f).Run()
 	}
 }
