@@ -40,6 +40,7 @@ type BGPBackend struct {
 
 // BGPPeer is one router.
 // +kubebuilder:validation:XValidation:rule="(has(self.keepaliveTime) && !self.keepaliveTime.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (has(self.holdTime) && !self.holdTime.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.keepaliveTime) || duration(self.keepaliveTime) < duration(has(self.holdTime) ? self.holdTime : '9s'))",message="spec.backend.bgp.peers[].keepaliveTime must be shorter than holdTime (default 9s): a third of it is usual"
+// +kubebuilder:validation:XValidation:rule="!has(self.bfd) || (isIP(self.address) && ip(self.address).family() == 4)",message="spec.backend.bgp.peers[].bfd: BFD runs to IPv4 routers only; remove bfd from this IPv6 peer"
 type BGPPeer struct {
 	// address of the router, an IP address.
 	// +required
@@ -85,6 +86,32 @@ type BGPPeer struct {
 	// TCP-MD5 password. The controller copies it into the bootstrap Secret; it is never logged.
 	// +optional
 	PasswordSecretRef *SecretKeyReference `json:"passwordSecretRef,omitempty"`
+
+	// bfd runs single-hop BFD (RFC 5880, 5881) from each member to this router, so that the
+	// router drops a frozen or powered-off member's route after minTx x multiplier (900 ms at
+	// 300ms x 3) instead of the BGP hold time. The router must run BFD on the session too (FRR:
+	// bfdd and `neighbor <member> bfd`). Off unless set; IPv4 routers only.
+	// +optional
+	BFD *BFDSettings `json:"bfd,omitempty"`
+}
+
+// BFDSettings are one BGP router's BFD timers.
+type BFDSettings struct {
+	// minRx is the fastest the member accepts BFD packets at. Default 300ms; 10ms to 60s.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('10ms') && duration(self) <= duration('60s'))",message="spec.backend.bgp.peers[].bfd.minRx must be between 10ms and 60s, written like 300ms"
+	MinRx *Duration `json:"minRx,omitempty"`
+	// minTx is how often the member would like to send them once the session is up. Default
+	// 300ms; 10ms to 60s. The router's receive interval may make it slower.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('10ms') && duration(self) <= duration('60s'))",message="spec.backend.bgp.peers[].bfd.minTx must be between 10ms and 60s, written like 300ms"
+	MinTx *Duration `json:"minTx,omitempty"`
+	// multiplier: the router declares the member down after this many intervals without a
+	// packet. Default 3.
+	// +optional
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=255
+	Multiplier int32 `json:"multiplier,omitempty"`
 }
 
 // SecretKeyReference names one key of a Secret in the LoadBalancer's namespace.

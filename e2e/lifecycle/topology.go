@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lab/bgplab"
@@ -100,6 +101,8 @@ func newTopology(l *lab.Lab, b Backend) (*topology, error) {
 	}
 	t.frr, err = bgplab.StartFRR(t.router, "frr", bgplab.FRRConfig{
 		ASN: routerASN, RouterID: routerAddr, ListenRange: nodeSubnet, ListenASN: nodeASN, ListenPassword: bgpPassword,
+		// The BGP sample asks for BFD (300ms x 3) on its first router: so does this one.
+		BFD: &bgplab.FRRBFD{Interval: 300 * time.Millisecond, Multiplier: 3},
 	})
 	return t, err
 }

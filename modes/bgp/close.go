@@ -70,6 +70,10 @@ func (s *Speaker) Close(ctx context.Context) error {
 		errs = append(errs, errors.New("stopping BGP timed out; peers will drop this node's routes when their hold timer expires"))
 	}
 	s.stopWatch()
+	if s.stopBFD != nil {
+		// Last: the router ended the session on our Cease, not on silence.
+		s.stopBFD()
+	}
 	if settle > 0 {
 		// Give the routers' FIBs a moment to follow before the VIPs stop being local.
 		select {

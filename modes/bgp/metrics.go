@@ -10,6 +10,7 @@ import (
 // bounded.
 type metrics struct {
 	sessionUp      *prometheus.GaugeVec
+	bfdUp          *prometheus.GaugeVec
 	sessionChanges *prometheus.CounterVec
 	peerErrors     *prometheus.CounterVec
 	announced      prometheus.Gauge
@@ -19,6 +20,7 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		bfdUp: newBFDGauge(),
 		sessionUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "caplb_bgp_session_up",
 			Help: "1 while the BGP session to the peer is established, else 0.",
@@ -62,6 +64,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	var errs []error
 	if c, err := register(m.sessionUp); err == nil {
 		m.sessionUp = c.(*prometheus.GaugeVec)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.bfdUp); err == nil {
+		m.bfdUp = c.(*prometheus.GaugeVec)
 	} else {
 		errs = append(errs, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/osrg/gobgp/v3/pkg/server"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/caplb/caplb/modes/bfd"
 	"github.com/caplb/caplb/modes/dataplane"
 )
 
@@ -45,6 +46,9 @@ type Speaker struct {
 	now      func() time.Time
 
 	stopWatch context.CancelFunc
+	// bfd runs the BFD sessions (bfd.go); nil without any.
+	bfd     *bfd.Runner
+	stopBFD context.CancelFunc
 
 	mu        sync.Mutex
 	closed    bool
@@ -121,6 +125,9 @@ func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registere
 		if s.stopWatch != nil {
 			s.stopWatch()
 		}
+		if s.stopBFD != nil {
+			s.stopBFD()
+		}
 		return nil, err
 	}
 	log.Info("BGP speaker started", "asn", cfg.ASN, "routerID", routerID, "peers", len(cfg.Peers), "listenPort", cfg.ListenPort)
@@ -145,6 +152,10 @@ func (s *Speaker) start(ctx context.Context, cfg agentv1.BGPConfig, passwords []
 	if err := s.srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
 		return fmt.Errorf("starting BGP (bgp.listenPort %d): %w", cfg.ListenPort, err)
 	}
+	// Before the watch: its callback enables a peer's BFD session.
+	if err := s.startBFD(cfg); err != nil {
+		return err
+	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.stopWatch = cancel
 	err := s.srv.WatchEvent(wctx, &api.WatchEventRequest{Peer: &api.WatchEventRequest_Peer{}}, func(r *api.WatchEventResponse) {
@@ -152,7 +163,11 @@ func (s *Speaker) start(ctx context.Context, cfg agentv1.BGPConfig, passwords []
 		if pe == nil || pe.Type != api.WatchEventResponse_PeerEvent_STATE || pe.Peer == nil || pe.Peer.State == nil || pe.Peer.Conf == nil {
 			return
 		}
-		s.tracker.state(canonicalAddr(pe.Peer.Conf.NeighborAddress), pe.Peer.State.SessionState)
+		addr := canonicalAddr(pe.Peer.Conf.NeighborAddress)
+		s.tracker.state(addr, pe.Peer.State.SessionState)
+		if pe.Peer.State.SessionState == api.PeerState_ESTABLISHED {
+			s.bgpEstablished(addr)
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("watching BGP peer state: %w", err)
@@ -368,11 +383,17 @@ func (s *Speaker) Status() dataplane.Status {
 		announced[prefixOf(v)] = struct{}{}
 	}
 	s.mu.Unlock()
+	peers := s.tracker.snapshot()
+	if bfds := s.bfdStatus(); bfds != nil {
+		for i := range peers {
+			peers[i].BFD = bfds[peers[i].Address]
+		}
+	}
 	return dataplane.Status{BGP: &dataplane.BGPStatus{
 		RouterID:  s.routerID.String(),
 		ASN:       s.asn,
 		Announced: sortedStrings(announced),
-		Peers:     s.tracker.snapshot(),
+		Peers:     peers,
 	}}
 }
 

@@ -55,4 +55,6 @@ type PeerStatus struct {
 	LastError string `json:"lastError,omitempty"`
 	// LastErrorTime is when LastError was seen.
 	LastErrorTime *time.Time `json:"lastErrorTime,omitempty"`
+	// BFD is the BFD session's state (down, init, up), "" without BFD.
+	BFD string `json:"bfd,omitempty"`
 }

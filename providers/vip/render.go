@@ -148,6 +148,9 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 			if in.passwords[i] {
 				peer.PasswordFile = path.Join(ConfigDir, PasswordKey(i))
 			}
+			if f := p.BFD; f != nil {
+				peer.BFD = &agentv1.BFDConfig{MinRx: f.MinRx.Meta(), MinTx: f.MinTx.Meta(), Multiplier: uint8(f.Multiplier)}
+			}
 			bc.Peers = append(bc.Peers, peer)
 		}
 		c.BGP = bc

@@ -162,6 +162,24 @@ func validateBGP(bp *field.Path, bg *lbv1.BGPBackend) field.ErrorList {
 		if r := dur(p.ConnectRetry, agentv1.DefaultConnectRetry); r != r.Truncate(time.Second) || r < time.Second {
 			errs = append(errs, field.Invalid(pp.Child("connectRetry"), r.String(), "must be whole seconds, at least 1s"))
 		}
+		if f := p.BFD; f != nil {
+			bp := pp.Child("bfd")
+			if err == nil && !a.Unmap().Is4() {
+				errs = append(errs, field.Forbidden(bp, "BFD runs to IPv4 routers only; remove bfd from this IPv6 peer"))
+			}
+			for _, x := range []struct {
+				name string
+				d    *lbv1.Duration
+			}{{"minRx", f.MinRx}, {"minTx", f.MinTx}} {
+				errs = append(errs, x.d.ValidateForm(bp.Child(x.name))...)
+				if d := dur(x.d, agentv1.DefaultBFDInterval); d < 10*time.Millisecond || d > time.Minute {
+					errs = append(errs, field.Invalid(bp.Child(x.name), d.String(), "must be between 10ms and 60s (300ms is usual)"))
+				}
+			}
+			if f.Multiplier != 0 && (f.Multiplier < 2 || f.Multiplier > 255) {
+				errs = append(errs, field.Invalid(bp.Child("multiplier"), f.Multiplier, "must be 2-255 (3 is usual)"))
+			}
+		}
 	}
 	for i, c := range bg.Communities {
 		if _, err := agentv1.ParseCommunity(c); err != nil {

@@ -87,6 +87,8 @@ type BGPPeer struct {
 	// ConnectRetry is the interval between connection attempts to a peer that is down
 	// (randomised up to twice as long). Default 5s.
 	ConnectRetry *metav1.Duration `json:"connectRetry,omitempty"`
+	// BFD runs single-hop BFD to the peer (IPv4). Off unless set.
+	BFD *BFDConfig `json:"bfd,omitempty"`
 }
 
 // Validate checks the section with no I/O (the password files are checked by the speaker when it starts). Every error
@@ -149,6 +151,9 @@ func (c *BGPConfig) Validate() error {
 		}
 		if r := DurationOr(p.ConnectRetry, DefaultConnectRetry); r < time.Second || r != r.Truncate(time.Second) {
 			add("%s.connectRetry: %s must be a whole number of seconds, at least 1s", f, r)
+		}
+		if p.BFD != nil {
+			errs = append(errs, p.BFD.validate(f+".bfd", a)...)
 		}
 	}
 	for i, s := range c.Communities {

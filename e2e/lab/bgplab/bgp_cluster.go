@@ -42,6 +42,9 @@ type BGPClusterOptions struct {
 	Drain time.Duration
 	// Configure may change node i's agent configuration (1-based) before it is written.
 	Configure func(i int, c *agentv1.AgentConfiguration)
+	// BFD, when non-zero, runs BFD between the router and every node's agent (IPv4 sessions)
+	// at this interval both ways, multiplier 3.
+	BFD time.Duration
 }
 
 // BGPCluster is a running routed cluster.
@@ -90,6 +93,9 @@ func StartBGPCluster(l *lab.Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 	}
 	if opts.Drain == 0 {
 		opts.Drain = 500 * time.Millisecond
+	}
+	if opts.BFD > 0 && opts.Routed.BFD == nil {
+		opts.Routed.BFD = &FRRBFD{Interval: opts.BFD, Multiplier: 3}
 	}
 	r, err := NewRouted(l, opts.Routed)
 	if err != nil {
@@ -142,8 +148,11 @@ func (m *BGPMember) AgentConfig() agentv1.AgentConfiguration {
 		routerASN = 64500
 	}
 	for _, p := range peers {
-		bc.Peers = append(bc.Peers, agentv1.BGPPeer{Address: p.String(), ASN: routerASN,
-			HoldTime: d(c.opts.HoldTime), ConnectRetry: d(time.Second)})
+		peer := agentv1.BGPPeer{Address: p.String(), ASN: routerASN, HoldTime: d(c.opts.HoldTime), ConnectRetry: d(time.Second)}
+		if c.opts.BFD > 0 && p.Is4() {
+			peer.BFD = &agentv1.BFDConfig{MinRx: d(c.opts.BFD), MinTx: d(c.opts.BFD), Multiplier: 3}
+		}
+		bc.Peers = append(bc.Peers, peer)
 	}
 	cfg := agentv1.AgentConfiguration{
 		TypeMeta: agentv1.New().TypeMeta,

@@ -25,16 +25,17 @@ import (
 const (
 	frrZebra = "/usr/lib/frr/zebra"
 	frrBGPD  = "/usr/lib/frr/bgpd"
+	frrBFDD  = "/usr/lib/frr/bfdd"
 	frrUser  = "frr"
 )
 
-// SkipUnlessFRR skips t unless root and FRR's zebra and bgpd are installed. Under CI (CI set)
+// SkipUnlessFRR skips t unless root and FRR's zebra, bgpd and bfdd are installed. Under CI (CI set)
 // a missing FRR fails instead: `make test` installs it, so its absence there is a broken setup,
 // not a reason to report the BGP lab as passing.
 func SkipUnlessFRR(t testing.TB) {
 	t.Helper()
 	lab.SkipUnlessRoot(t)
-	for _, bin := range []string{frrZebra, frrBGPD} {
+	for _, bin := range []string{frrZebra, frrBGPD, frrBFDD} {
 		if _, err := os.Stat(bin); err != nil {
 			lab.SkipOrFailInCI(t, "needs FRR (%s missing): run `make frr` (apt-get install frr)", bin)
 		}
@@ -69,6 +70,17 @@ type FRRConfig struct {
 	ListenASN   uint32
 	// ListenPassword is the listen range's TCP-MD5 password; empty for none.
 	ListenPassword string
+	// BFD, when set, runs FRR's bfdd and asks for a BFD session on every neighbour (profile
+	// "caplb"): bgpd drops a neighbour's session, and its routes, when BFD goes down.
+	BFD *FRRBFD
+}
+
+// FRRBFD is the router's BFD profile.
+type FRRBFD struct {
+	// Interval is both the transmit and the receive interval.
+	Interval time.Duration
+	// Multiplier is the detect multiplier. Default 3.
+	Multiplier int
 }
 
 // FRR is a real router: FRR's zebra and bgpd, started directly as processes in a namespace
@@ -82,6 +94,7 @@ type FRR struct {
 	cfg   FRRConfig
 	zebra *lab.Process
 	bgpd  *lab.Process
+	bfdd  *lab.Process
 }
 
 // StartFRR writes the configuration and starts zebra then bgpd in ns. It returns once bgpd
@@ -113,7 +126,7 @@ func StartFRR(ns *lab.Netns, name string, cfg FRRConfig) (*FRR, error) {
 		return nil, fmt.Errorf("frr: %w", err)
 	}
 	f := &FRR{ns: ns, name: name, dir: dir, cfg: cfg}
-	files := map[string]string{"zebra.conf": f.zebraConf(), "bgpd.conf": f.bgpdConf(), "vtysh.conf": ""}
+	files := map[string]string{"zebra.conf": f.zebraConf(), "bgpd.conf": f.bgpdConf(), "bfdd.conf": f.bfddConf(), "vtysh.conf": ""}
 	for file, content := range files {
 		p := filepath.Join(dir, file)
 		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -140,8 +153,16 @@ func StartFRR(ns *lab.Netns, name string, cfg FRRConfig) (*FRR, error) {
 	if f.zebra, err = ns.Start(name+"-zebra", append([]string{frrZebra}, common("zebra")...), nil); err != nil {
 		return nil, err
 	}
-	if err := f.waitVty("zebra", "show version"); err != nil {
+	if err := f.waitVty(f.zebra, "zebra", "show version"); err != nil {
 		return nil, err
+	}
+	if cfg.BFD != nil {
+		if f.bfdd, err = ns.Start(name+"-bfdd", append([]string{frrBFDD}, common("bfdd")...), nil); err != nil {
+			return nil, err
+		}
+		if err := f.waitVty(f.bfdd, "bfdd", "show bfd peers json"); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.startBGPD(); err != nil {
 		return nil, err
@@ -164,17 +185,13 @@ func (f *FRR) startBGPD() error {
 	if f.bgpd, err = f.ns.Start(f.name+"-bgpd", argv, nil); err != nil {
 		return err
 	}
-	return f.waitVty("bgpd", "show bgp summary json")
+	return f.waitVty(f.bgpd, "bgpd", "show bgp summary json")
 }
 
-func (f *FRR) waitVty(daemon, cmd string) error {
+func (f *FRR) waitVty(p *lab.Process, daemon, cmd string) error {
 	deadline := time.Now().Add(15 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
-		p := f.zebra
-		if daemon == "bgpd" {
-			p = f.bgpd
-		}
 		if exited, werr := p.Exited(); exited {
 			return fmt.Errorf("frr %s: %s exited: %v (see %s)", f.name, daemon, werr, f.ns.Lab().LogPath(p.Name()))
 		}
@@ -184,6 +201,21 @@ func (f *FRR) waitVty(daemon, cmd string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("frr %s: %s not answering on its vty: %w", f.name, daemon, last)
+}
+
+// bfddConf is bfdd's configuration: the "caplb" profile the neighbours use.
+func (f *FRR) bfddConf() string {
+	b := f.cfg.BFD
+	if b == nil {
+		return ""
+	}
+	mult := b.Multiplier
+	if mult == 0 {
+		mult = 3
+	}
+	ms := strconv.Itoa(int(b.Interval / time.Millisecond))
+	return "hostname " + f.name + "\nlog stdout informational\n!\nbfd\n profile caplb\n  transmit-interval " + ms +
+		"\n  receive-interval " + ms + "\n  detect-multiplier " + strconv.Itoa(mult) + "\n exit\n!\nexit\n"
 }
 
 func (f *FRR) zebraConf() string {
@@ -211,6 +243,9 @@ func (f *FRR) bgpdConf() string {
 		if n.Password != "" {
 			fmt.Fprintf(&b, " neighbor %s password %s\n", n.Address, n.Password)
 		}
+		if f.cfg.BFD != nil && n.Address.Is4() {
+			fmt.Fprintf(&b, " neighbor %s bfd profile caplb\n", n.Address)
+		}
 	}
 	if f.cfg.ListenRange.IsValid() {
 		b.WriteString(" neighbor nodes peer-group\n")
@@ -218,6 +253,9 @@ func (f *FRR) bgpdConf() string {
 		fmt.Fprintf(&b, " neighbor nodes timers %s %s\n", sec(f.cfg.Keepalive), sec(f.cfg.Hold))
 		if f.cfg.ListenPassword != "" {
 			fmt.Fprintf(&b, " neighbor nodes password %s\n", f.cfg.ListenPassword)
+		}
+		if f.cfg.BFD != nil && f.cfg.ListenRange.Addr().Is4() {
+			b.WriteString(" neighbor nodes bfd profile caplb\n")
 		}
 		fmt.Fprintf(&b, " bgp listen range %s peer-group nodes\n", f.cfg.ListenRange)
 	}
@@ -366,10 +404,10 @@ func (f *FRR) RestartBGPD() error {
 	return f.startBGPD()
 }
 
-// Stop ends bgpd and zebra (SIGTERM, then SIGKILL).
+// Stop ends bgpd, bfdd and zebra (SIGTERM, then SIGKILL).
 func (f *FRR) Stop() error {
 	var errs []error
-	for _, p := range []*lab.Process{f.bgpd, f.zebra} {
+	for _, p := range []*lab.Process{f.bgpd, f.bfdd, f.zebra} {
 		if p == nil {
 			continue
 		}
@@ -383,4 +421,26 @@ func (f *FRR) Stop() error {
 func isSignalExit(err error) bool {
 	var ee *exec.ExitError
 	return errors.As(err, &ee)
+}
+
+// BFDPeers returns bfdd's sessions by peer address: their status ("up", "down", "init").
+func (f *FRR) BFDPeers(ctx context.Context) (map[netip.Addr]string, error) {
+	out, err := f.Vtysh(ctx, "-c", "show bfd peers json")
+	if err != nil {
+		return nil, err
+	}
+	var raw []struct {
+		Peer   string `json:"peer"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		return nil, fmt.Errorf("frr: show bfd peers json: %w", err)
+	}
+	peers := map[netip.Addr]string{}
+	for _, p := range raw {
+		if a, err := netip.ParseAddr(p.Peer); err == nil {
+			peers[a] = p.Status
+		}
+	}
+	return peers, nil
 }

@@ -30,6 +30,8 @@ type RoutedOptions struct {
 	Neighbor func(i int, n *FRRNeighbor)
 	// Keepalive and Hold are the router's timers; default 1s and 3s.
 	Keepalive, Hold time.Duration
+	// BFD, when set, runs BFD on the router's sessions to the nodes (IPv4).
+	BFD *FRRBFD
 }
 
 // Routed is a leaf-router lab: a router namespace running FRR (zebra + bgpd, ECMP, L4
@@ -160,7 +162,7 @@ func NewRouted(l *lab.Lab, opts RoutedOptions) (*Routed, error) {
 	}
 	r.FRR, err = StartFRR(r.Router, "frr", FRRConfig{
 		ASN: opts.RouterASN, RouterID: netip.MustParseAddr("10.20.0.1"), Neighbors: neighbors,
-		Keepalive: opts.Keepalive, Hold: opts.Hold,
+		Keepalive: opts.Keepalive, Hold: opts.Hold, BFD: opts.BFD,
 	})
 	if err != nil {
 		return nil, err
