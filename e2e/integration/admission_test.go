@@ -149,6 +149,21 @@ func testAdmission(t *testing.T, s *suite) {
 			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
 				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "holdTime": "6s", "keepaliveTime": "6s"}}}}
 		}, []string{"keepaliveTime must be shorter than holdTime"}},
+		{"bfd interval below 10ms", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "bfd": map[string]any{"minTx": "5ms"}}}}}
+		}, []string{"spec.backend.bgp.peers[].bfd.minTx must be between 10ms and 60s"}},
+		{"bfd multiplier 1", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500), "bfd": map[string]any{"multiplier": int64(1)}}}}}
+		}, []string{"spec.backend.bgp.peers[0].bfd.multiplier", "greater than or equal to 2"}},
+		{"bfd to an IPv6 router", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "fd00::10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers": []any{map[string]any{"address": "fd00::1", "asn": int64(64500), "bfd": map[string]any{}}}}}
+		}, []string{"bfd: BFD runs to IPv4 routers only"}},
 		{"agent interface with a slash", func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"interface": "eth0/1"}}}
@@ -352,6 +367,8 @@ func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
 			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms"}}}})},
 		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},
 		{"bgp keepalive below the default hold time", vip("10.0.0.10", peer(map[string]any{"keepaliveTime": "3s"}))},
+		{"bgp BFD", vip("10.0.0.10", peer(map[string]any{"bfd": map[string]any{"minRx": "300ms", "minTx": "100ms", "multiplier": int64(3)}}))},
+		{"bgp BFD with defaults", vip("10.0.0.10", peer(map[string]any{"bfd": map[string]any{}}))},
 		{"agent paths and names", vip("10.0.0.10", map[string]any{"arp": map[string]any{"agent": map[string]any{
 			"interface": "bond0.100", "caFile": "/etc/kubernetes/pki/ca.crt", "image": "registry.example.com:5000/caplb/agent:v1@sha256:0123"}}})},
 		{"bgp link-local router and password Secret", vip("fd00::10", peer(map[string]any{"address": "fe80::1",
