@@ -16,9 +16,11 @@ frr: ## Install FRR (Debian package frr) for the BGP lab if it is missing.
 TEST_DEPS += frr
 
 BENCH_BGP_TRIALS ?= 20
+# BFD soak after the scenarios: two busy loops on the machine, no BFD flap allowed ("0": skip).
+BENCH_BGP_SOAK ?= 5m
 # go test runs in the package directory: hand it an absolute output path.
-bench-bgp: frr ## Benchmark the BGP VIP: withdrawal after health failure, graceful quiesce, agent kill; ECMP spread.
+bench-bgp: frr ## Benchmark the BGP VIP: health failure, graceful quiesce, agent kill, frozen agent and powered-off node (BFD 300ms x 3), ECMP spread, BFD soak.
 	@mkdir -p $(OUT)
-	CAPLB_BENCH_BGP=1 BENCH_TRIALS=$(BENCH_BGP_TRIALS) \
+	CAPLB_BENCH_BGP=1 BENCH_TRIALS=$(BENCH_BGP_TRIALS) BENCH_SOAK=$(BENCH_BGP_SOAK) \
 	  BENCH_OUT=$(abspath $(or $(BENCH_OUT),$(OUT)/bench-bgp.json)) \
 	  $(GO) test -count=1 -timeout 30m -v -run '^TestBenchBGP$$' ./e2e/bench/bgp/

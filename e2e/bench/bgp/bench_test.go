@@ -33,6 +33,9 @@ const (
 	loadWorkers    = 4
 	loadInterval   = 20 * time.Millisecond // 4 workers: one connect every 5 ms
 	settle         = 30 * time.Second      // bound for routes to come back between trials
+	// bfdInterval: BFD runs on every session at 300 ms x 3 (the issue's goal: a frozen or
+	// powered-off member leaves the FIB in under a second).
+	bfdInterval = 300 * time.Millisecond
 )
 
 // Scenario is one fault's figures.
@@ -63,6 +66,8 @@ type Result struct {
 	Graceful      *Scenario          `json:"graceful"`
 	HardKill      *Scenario          `json:"hard_kill"`
 	Frozen        *Scenario          `json:"frozen_agent"`
+	PoweredOff    *Scenario          `json:"powered_off"`
+	Soak          *Soak              `json:"soak,omitempty"`
 	ECMPSpread    map[string]float64 `json:"ecmp_spread"`
 	// FailedConnectsTotal counts every failed client connection of the whole run, including
 	// those outside the fault windows (routes coming back re-hash flows too).
@@ -99,7 +104,7 @@ func TestBenchBGP(t *testing.T) {
 	l := lab.NewT(t, "bgpbench")
 	c, err := bgplab.StartBGPCluster(l, bgplab.BGPClusterOptions{
 		Routed: bgplab.RoutedOptions{Nodes: 3}, AgentBinary: agentBin, StandinBinary: standinBin,
-		HoldTime: holdTime, HealthInterval: healthInterval, HealthFall: healthFall, Drain: drain,
+		HoldTime: holdTime, HealthInterval: healthInterval, HealthFall: healthFall, Drain: drain, BFD: bfdInterval,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,9 +116,11 @@ func TestBenchBGP(t *testing.T) {
 	defer fib.Close()
 	b := &bench{t: t, c: c, fib: fib, vip: c.VIPs[0]}
 	b.waitHops(len(c.Members))
+	b.waitBFD()
 
 	res := Result{Setup: map[string]any{
-		"nodes": len(c.Members), "router": "FRR 8.4 (Debian) bgpd+zebra, maximum-paths 16, fib_multipath_hash_policy=1",
+		"nodes": len(c.Members), "router": "FRR 8.4 (Debian) bgpd+bfdd+zebra, maximum-paths 16, fib_multipath_hash_policy=1",
+		"bfd":         fmt.Sprintf("%v x 3 both ways", bfdInterval),
 		"hold_time_s": holdTime.Seconds(), "keepalive_s": (holdTime / 3).Seconds(),
 		"health_interval_ms": healthInterval.Milliseconds(), "health_fall": healthFall, "drain_ms": drain.Milliseconds(),
 		"client_connects_per_s": int(time.Second / (loadInterval / loadWorkers)),
@@ -146,7 +153,17 @@ func TestBenchBGP(t *testing.T) {
 		b.must(m.Agent.Signal(syscall.SIGCONT))
 	})
 	res.Frozen.HoldTimeMs = float64(holdTime.Milliseconds())
-	res.Frozen.Note = "agent SIGSTOPped (a hung node that keeps its TCP sessions): withdrawn when the router's hold timer expires"
+	res.Frozen.Note = "agent SIGSTOPped (a hung node that keeps its TCP sessions): withdrawn when the router's BFD session goes down (300 ms x 3), before the hold timer"
+	res.PoweredOff = b.run("powered_off", trials, func(m *bgplab.BGPMember) {
+		b.must(b.dropLink(m, true))
+	}, func(m *bgplab.BGPMember, _ time.Time) {
+		b.must(b.dropLink(m, false))
+	})
+	res.PoweredOff.HoldTimeMs = float64(holdTime.Milliseconds())
+	res.PoweredOff.Note = "the member's link silently drops every packet both ways, carrier up (netem loss 100% on both ends): withdrawn when BFD goes down"
+	if d, err := time.ParseDuration(os.Getenv("BENCH_SOAK")); err == nil && d > 0 {
+		res.Soak = b.soak(d)
+	}
 
 	for _, m := range c.Members {
 		if hwm, err := m.Agent.VmHWM(); err == nil {
@@ -177,12 +194,16 @@ func TestBenchBGP(t *testing.T) {
 	for _, s := range []struct {
 		name string
 		s    *Scenario
-	}{{"health_failure", res.HealthFailure}, {"graceful", res.Graceful}, {"hard_kill", res.HardKill}, {"frozen_agent", res.Frozen}} {
+	}{{"health_failure", res.HealthFailure}, {"graceful", res.Graceful}, {"hard_kill", res.HardKill}, {"frozen_agent", res.Frozen}, {"powered_off", res.PoweredOff}} {
 		fmt.Printf("  %-15s p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms  failed connects %d/%d (dial %d, reset after connect %d)\n",
 			s.name, s.s.P50, s.s.P99, s.s.Max, s.s.FailedConnects, s.s.Connects, s.s.FailedDials, s.s.ResetsAfterConnect)
 	}
 	fmt.Printf("  ecmp_spread     %v\n  failed connects over the whole run: %d/%d\n  agent peak RSS  %.1f MiB (anonymous %.1f MiB)\n",
 		res.ECMPSpread, res.FailedConnectsTotal, res.ConnectsTotal, res.AgentPeakRSSMiB, res.AgentAnonRSSMiB)
+	if res.Soak != nil {
+		fmt.Printf("  soak            %.0f s with %d busy loops: %d BFD session flaps, %d FIB next-hop drops\n",
+			res.Soak.Seconds, res.Soak.BusyLoops, res.Soak.BFDFlaps, res.Soak.FIBDrops)
+	}
 }
 
 type bench struct {
@@ -268,6 +289,7 @@ func (b *bench) run(name string, trials int, fault func(*bgplab.BGPMember), repa
 		b.mark("%s repair of %s", name, m.Name)
 		repair(m, at)
 		b.waitHops(len(b.c.Members))
+		b.waitBFD()
 		b.mark("%s: %s back in the FIB", name, m.Name)
 	}
 	s.finish()
