@@ -19,7 +19,7 @@ BENCH_BGP_TRIALS ?= 20
 # BFD soak after the scenarios: two busy loops on the machine, no BFD flap allowed ("0": skip).
 BENCH_BGP_SOAK ?= 5m
 # go test runs in the package directory: hand it an absolute output path.
-bench-bgp: frr ## Benchmark the BGP VIP: health failure, graceful quiesce, agent kill, frozen agent and powered-off node (BFD 300ms x 3), ECMP spread, BFD soak.
+bench-bgp: frr nftables ## Benchmark the BGP VIP: health failure, graceful quiesce, agent kill, frozen agent and powered-off node (BFD 300ms x 3), ECMP spread, BFD soak.
 	@mkdir -p $(OUT)
 	CAPLB_BENCH_BGP=1 BENCH_TRIALS=$(BENCH_BGP_TRIALS) BENCH_SOAK=$(BENCH_BGP_SOAK) \
 	  BENCH_OUT=$(abspath $(or $(BENCH_OUT),$(OUT)/bench-bgp.json)) \

@@ -160,7 +160,7 @@ func TestBenchBGP(t *testing.T) {
 		b.must(b.dropLink(m, false))
 	})
 	res.PoweredOff.HoldTimeMs = float64(holdTime.Milliseconds())
-	res.PoweredOff.Note = "the member's link silently drops every packet both ways, carrier up (netem loss 100% on both ends): withdrawn when BFD goes down"
+	res.PoweredOff.Note = "the member's link silently drops every packet both ways, carrier up (nftables drop on its eth0): withdrawn when BFD goes down"
 	if d, err := time.ParseDuration(os.Getenv("BENCH_SOAK")); err == nil && d > 0 {
 		res.Soak = b.soak(d)
 	}

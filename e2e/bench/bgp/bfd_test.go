@@ -43,20 +43,23 @@ func (b *bench) waitBFD() {
 	}
 }
 
-// dropLink makes m's link drop every packet both ways (netem loss 100% on the node's eth0
-// and on the router's port to it) with the carrier up, or undoes it: a powered-off node
-// behind a switch, or a silently dead path.
+// dropLink makes m's link drop every packet both ways, carrier up (nftables on the node's
+// eth0: input and output), or undoes it: a powered-off node behind a switch, or a silently
+// dead path. The router notices only through BFD or the hold timer.
 func (b *bench) dropLink(m *bgplab.BGPMember, drop bool) error {
 	ctx := context.Background()
-	for _, side := range []struct {
-		run func(context.Context, ...string) (string, error)
-		dev string
-	}{{m.NS.Run, "eth0"}, {b.c.Router.Run, m.RouterIf}} {
-		args := []string{"tc", "qdisc", "del", "dev", side.dev, "root"}
-		if drop {
-			args = []string{"tc", "qdisc", "add", "dev", side.dev, "root", "netem", "loss", "100%"}
-		}
-		if _, err := side.run(ctx, args...); err != nil {
+	if !drop {
+		_, err := m.NS.Run(ctx, "nft", "delete", "table", "inet", "caplbbench")
+		return err
+	}
+	for _, cmd := range [][]string{
+		{"nft", "add", "table", "inet", "caplbbench"},
+		{"nft", "add", "chain", "inet", "caplbbench", "in", "{", "type", "filter", "hook", "input", "priority", "-300", ";", "}"},
+		{"nft", "add", "chain", "inet", "caplbbench", "out", "{", "type", "filter", "hook", "output", "priority", "-300", ";", "}"},
+		{"nft", "add", "rule", "inet", "caplbbench", "in", "iifname", "eth0", "drop"},
+		{"nft", "add", "rule", "inet", "caplbbench", "out", "oifname", "eth0", "drop"},
+	} {
+		if _, err := m.NS.Run(ctx, cmd...); err != nil {
 			return err
 		}
 	}
