@@ -52,18 +52,14 @@ func (b *bench) dropLink(m *bgplab.BGPMember, drop bool) error {
 		_, err := m.NS.Run(ctx, "nft", "delete", "table", "inet", "caplbbench")
 		return err
 	}
-	for _, cmd := range [][]string{
-		{"nft", "add", "table", "inet", "caplbbench"},
-		{"nft", "add", "chain", "inet", "caplbbench", "in", "{", "type", "filter", "hook", "input", "priority", "-300", ";", "}"},
-		{"nft", "add", "chain", "inet", "caplbbench", "out", "{", "type", "filter", "hook", "output", "priority", "-300", ";", "}"},
-		{"nft", "add", "rule", "inet", "caplbbench", "in", "iifname", "eth0", "drop"},
-		{"nft", "add", "rule", "inet", "caplbbench", "out", "oifname", "eth0", "drop"},
-	} {
-		if _, err := m.NS.Run(ctx, cmd...); err != nil {
-			return err
-		}
-	}
-	return nil
+	// One nft run, one transaction: the clock (started before the fault) then includes a
+	// single process start, not five.
+	_, err := m.NS.Run(ctx, "nft", "add table inet caplbbench; "+
+		"add chain inet caplbbench in { type filter hook input priority -300; }; "+
+		"add chain inet caplbbench out { type filter hook output priority -300; }; "+
+		"add rule inet caplbbench in iifname eth0 drop; "+
+		"add rule inet caplbbench out oifname eth0 drop")
+	return err
 }
 
 // soak keeps two busy loops on the machine for d and counts BFD flaps and FIB drops.
