@@ -58,6 +58,16 @@ func TestValidate(t *testing.T) {
 		{"bad large community", func(c *agentv1.BGPConfig) { c.LargeCommunities = []string{"1:2"} }, []string{"bgp.largeCommunities[0]", "ASN:LOCAL1:LOCAL2"}},
 		{"bad interface", func(c *agentv1.BGPConfig) { c.Interface = "a/b" }, []string{"bgp.interface"}},
 		{"negative linger", func(c *agentv1.BGPConfig) { c.AddressLinger = d("-1s") }, []string{"bgp.addressLinger"}},
+		{"bfd defaults", func(c *agentv1.BGPConfig) { c.Peers[0].BFD = &agentv1.BFDConfig{} }, nil},
+		{"bfd timers", func(c *agentv1.BGPConfig) {
+			c.Peers[0].BFD = &agentv1.BFDConfig{MinRx: d("100ms"), MinTx: d("50ms"), Multiplier: 5}
+		}, nil},
+		{"bfd to an IPv6 peer", func(c *agentv1.BGPConfig) { c.Peers[0].Address = "fd00::1"; c.Peers[0].BFD = &agentv1.BFDConfig{} },
+			[]string{"bgp.peers[0].bfd", "IPv4 peers only"}},
+		{"bfd interval too short", func(c *agentv1.BGPConfig) { c.Peers[0].BFD = &agentv1.BFDConfig{MinTx: d("5ms")} },
+			[]string{"bgp.peers[0].bfd.minTx", "outside 10ms to 60s"}},
+		{"bfd multiplier 1", func(c *agentv1.BGPConfig) { c.Peers[0].BFD = &agentv1.BFDConfig{Multiplier: 1} },
+			[]string{"bgp.peers[0].bfd.multiplier", "2 or more"}},
 		{"several errors at once", func(c *agentv1.BGPConfig) { c.ASN = 0; c.Peers[0].ASN = 0 }, []string{"bgp.asn", "bgp.peers[0].asn"}},
 	}
 	for _, tt := range tests {

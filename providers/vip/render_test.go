@@ -40,7 +40,8 @@ func bgpLB() *lbv1.LoadBalancer {
 		ASN: 64512,
 		Peers: []lbv1.BGPPeer{
 			{Address: "192.0.2.1", ASN: 64500, PasswordSecretRef: &lbv1.SecretKeyReference{Name: "bgp", Key: "password"}},
-			{Address: "192.0.2.2", ASN: 64500, HoldTime: &lbv1.Duration{Duration: 3 * time.Second}},
+			{Address: "192.0.2.2", ASN: 64500, HoldTime: &lbv1.Duration{Duration: 3 * time.Second},
+				BFD: &lbv1.BFDSettings{MinTx: &lbv1.Duration{Duration: 200 * time.Millisecond}, Multiplier: 4}},
 		},
 		Communities: []string{"64512:100", "no-export"},
 	}}
@@ -115,6 +116,9 @@ func TestRenderedBGP(t *testing.T) {
 	g.Expect(parsed.BGP.Peers[0].PasswordFile).To(Equal("/etc/caplb/bgp-0.password"))
 	g.Expect(parsed.BGP.Peers[1].PasswordFile).To(BeEmpty())
 	g.Expect(parsed.BGP.Peers[1].HoldTime.Duration).To(Equal(3 * time.Second))
+	g.Expect(parsed.BGP.Peers[0].BFD).To(BeNil(), "BFD off unless set")
+	minRx, minTx, mult := parsed.BGP.Peers[1].BFD.Timers()
+	g.Expect([]any{minRx, minTx, mult}).To(Equal([]any{300 * time.Millisecond, 200 * time.Millisecond, uint8(4)}))
 	g.Expect(parsed.BGP.Communities).To(Equal([]string{"64512:100", "no-export"}))
 }
 
@@ -149,6 +153,14 @@ func TestValidateNamesFields(t *testing.T) {
 			lb.Spec.Backend = bgpLB().Spec.Backend
 			lb.Spec.Backend.BGP.Communities = []string{"70000:1"}
 		}, "spec.backend.bgp.communities[0]"},
+		{"bgp BFD to an IPv6 router", bb, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend = bgpLB().Spec.Backend
+			lb.Spec.Backend.BGP.Peers[1].Address = "fd00::2"
+		}, "spec.backend.bgp.peers[1].bfd"},
+		{"bgp BFD interval", bb, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend = bgpLB().Spec.Backend
+			lb.Spec.Backend.BGP.Peers[1].BFD.MinRx = &lbv1.Duration{Duration: time.Millisecond}
+		}, "spec.backend.bgp.peers[1].bfd.minRx"},
 		{"bgp multihop on iBGP", bb, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Backend = bgpLB().Spec.Backend
 			lb.Spec.Backend.BGP.Peers[0].ASN = 64512
