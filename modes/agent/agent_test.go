@@ -153,10 +153,9 @@ type testSetup struct {
 
 type testOption func(*testSetup)
 
-// newTestAgent: self is the most preferred of three members unless selfIdx>0.
-func newTestAgent(t *testing.T, selfIdx int, opts ...testOption) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
-	t.Helper()
-	cfg, err := agentv1.Parse([]byte(`
+// threeMembers is the configuration of the agent tests: self, b and c, in
+// this order of preference.
+const threeMembers = `
 apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
 kind: AgentConfiguration
 nodeName: self
@@ -164,7 +163,12 @@ vips: ["192.0.2.10"]
 members: [{name: self, address: 192.0.2.1}, {name: b, address: 192.0.2.2}, {name: c, address: 192.0.2.3}]
 health: {insecureSkipVerify: true}
 election: {insecure: true}
-`))
+`
+
+// newTestAgent: self is the most preferred of three members unless selfIdx>0.
+func newTestAgent(t *testing.T, selfIdx int, opts ...testOption) (*Agent, *fakeML, *fakeDP, *fakeHealth) {
+	t.Helper()
+	cfg, err := agentv1.Parse([]byte(threeMembers))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,15 +23,7 @@ var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 // reorders the view.
 func stepRules(t *testing.T, tweak func(*agentv1.AgentConfiguration)) rules {
 	t.Helper()
-	cfg, err := agentv1.Parse([]byte(`
-apiVersion: agent.loadbalancer.cluster.x-k8s.io/v1alpha1
-kind: AgentConfiguration
-nodeName: self
-vips: ["192.0.2.10"]
-members: [{name: self, address: 192.0.2.1}, {name: b, address: 192.0.2.2}, {name: c, address: 192.0.2.3}]
-health: {insecureSkipVerify: true}
-election: {insecure: true}
-`))
+	cfg, err := agentv1.Parse([]byte(threeMembers))
 	if err != nil {
 		t.Fatal(err)
 	}
