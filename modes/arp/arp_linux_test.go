@@ -4,20 +4,17 @@ package arp_test
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	mdarp "github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
-	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/modes/arp"
 	"github.com/caplb/caplb/modes/dataplane"
 )
@@ -26,40 +23,14 @@ import (
 // neighbour: the VIP is added with its label, announced at once, a foreign
 // claim is reported as a duplicate, and Close removes the address.
 func TestAnnouncer(t *testing.T) {
-	l := lab.NewT(t, "arpdp")
 	g := NewWithT(t)
-	a, err := l.AddNamespace("a")
-	g.Expect(err).NotTo(HaveOccurred())
-	b, err := l.AddNamespace("b")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
-	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.45.0.1/24"))).To(Succeed())
-	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.45.0.2/24"))).To(Succeed())
 	vip := netip.MustParseAddr("10.45.0.100")
-
 	// The neighbour listens to ARP before anything is announced.
-	var watcher *mdarp.Client
-	g.Expect(b.Do(func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		watcher, err = mdarp.Dial(ifi)
-		return err
-	})).To(Succeed())
-	defer watcher.Close()
-
+	p := newPair(t, g, "arpdp", "10.45.0.1/24", "10.45.0.2/24")
+	a, watcher := p.a, p.c
 	reg := prometheus.NewRegistry()
-	var dp *arp.Announcer
-	g.Expect(a.Do(func() error {
-		var err error
-		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 1, BurstInterval: 100 * time.Millisecond,
-			RefreshInterval: time.Second, ProbeInterval: 200 * time.Millisecond}, logr.Discard(), reg)
-		if err != nil {
-			return err
-		}
-		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
-	})).To(Succeed())
+	dp := p.announce(t, g, arp.Config{BurstCount: 1, BurstInterval: 100 * time.Millisecond,
+		RefreshInterval: time.Second, ProbeInterval: 200 * time.Millisecond}, reg, vip)
 
 	h, err := a.Netlink()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -116,40 +87,12 @@ func TestAnnouncer(t *testing.T) {
 // item 6: a first-time resolver must not learn the old owner's MAC); out of
 // quiet, it answers again.
 func TestQuietOwnerDoesNotAnswerARP(t *testing.T) {
-	l := lab.NewT(t, "arpquiet")
 	g := NewWithT(t)
-	a, err := l.AddNamespace("a")
-	g.Expect(err).NotTo(HaveOccurred())
-	b, err := l.AddNamespace("b")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
-	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.46.0.1/24"))).To(Succeed())
-	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.46.0.2/24"))).To(Succeed())
 	vip := netip.MustParseAddr("10.46.0.100")
 	asker := netip.MustParseAddr("10.46.0.2")
-
-	var c *mdarp.Client
-	g.Expect(b.Do(func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		c, err = mdarp.Dial(ifi)
-		return err
-	})).To(Succeed())
-	defer c.Close()
-
-	var dp *arp.Announcer
-	g.Expect(a.Do(func() error {
-		var err error
-		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 0, BurstInterval: time.Hour,
-			RefreshInterval: time.Hour, ProbeInterval: time.Hour}, logr.Discard(), nil)
-		if err != nil {
-			return err
-		}
-		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
-	})).To(Succeed())
-	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+	p := newPair(t, g, "arpquiet", "10.46.0.1/24", "10.46.0.2/24")
+	a, c := p.a, p.c
+	dp := p.announce(t, g, arp.Config{BurstCount: 0, BurstInterval: time.Hour, RefreshInterval: time.Hour, ProbeInterval: time.Hour}, nil, vip)
 
 	// answered asks once and reports whether a's kernel replied to us.
 	answered := func() bool {
@@ -185,39 +128,12 @@ func TestQuietOwnerDoesNotAnswerARP(t *testing.T) {
 // with a burst of its own, so that the neighbours hear the holder last.
 // One answer to the first foreign packet left the later ones the last word.
 func TestDuplicateAnsweredLast(t *testing.T) {
-	l := lab.NewT(t, "arpdup")
 	g := NewWithT(t)
-	a, err := l.AddNamespace("a")
-	g.Expect(err).NotTo(HaveOccurred())
-	b, err := l.AddNamespace("b")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
-	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.47.0.1/24"))).To(Succeed())
-	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.47.0.2/24"))).To(Succeed())
 	vip := netip.MustParseAddr("10.47.0.100")
-
-	var c *mdarp.Client
-	g.Expect(b.Do(func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		c, err = mdarp.Dial(ifi)
-		return err
-	})).To(Succeed())
-	defer c.Close()
-
-	var dp *arp.Announcer
-	g.Expect(a.Do(func() error {
-		var err error
-		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 3, BurstInterval: 100 * time.Millisecond,
-			RefreshInterval: time.Hour, ProbeInterval: time.Hour}, logr.Discard(), nil)
-		if err != nil {
-			return err
-		}
-		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
-	})).To(Succeed())
-	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+	p := newPair(t, g, "arpdup", "10.47.0.1/24", "10.47.0.2/24")
+	c := p.c
+	dp := p.announce(t, g, arp.Config{BurstCount: 3, BurstInterval: 100 * time.Millisecond,
+		RefreshInterval: time.Hour, ProbeInterval: time.Hour}, nil, vip)
 	amac := dp.Status().ARP.MAC
 
 	// The neighbour records when it hears the holder's MAC for the VIP.
@@ -255,40 +171,12 @@ func TestDuplicateAnsweredLast(t *testing.T) {
 // gratuitous ARP is sent (the socket's pending ENETDOWN does not eat it) and
 // duplicate detection still runs (the read loop survives the ENETDOWN).
 func TestLinkFlapKeepsARP(t *testing.T) {
-	l := lab.NewT(t, "arpflap")
 	g := NewWithT(t)
-	a, err := l.AddNamespace("a")
-	g.Expect(err).NotTo(HaveOccurred())
-	b, err := l.AddNamespace("b")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
-	g.Expect(a.AddAddr("eth0", netip.MustParsePrefix("10.47.0.1/24"))).To(Succeed())
-	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.47.0.2/24"))).To(Succeed())
 	vip1, vip2 := netip.MustParseAddr("10.47.0.100"), netip.MustParseAddr("10.47.0.101")
-
-	var watcher *mdarp.Client
-	g.Expect(b.Do(func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		watcher, err = mdarp.Dial(ifi)
-		return err
-	})).To(Succeed())
-	defer watcher.Close()
-
+	p := newPair(t, g, "arpflap", "10.47.0.1/24", "10.47.0.2/24")
+	a, watcher := p.a, p.c
 	// One announcement per VIP and no burst: a lost one is never repeated.
-	var dp *arp.Announcer
-	g.Expect(a.Do(func() error {
-		var err error
-		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 0, BurstInterval: time.Hour,
-			RefreshInterval: time.Hour, ProbeInterval: time.Hour}, logr.Discard(), nil)
-		if err != nil {
-			return err
-		}
-		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip1}})
-	})).To(Succeed())
-	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+	dp := p.announce(t, g, arp.Config{BurstCount: 0, BurstInterval: time.Hour, RefreshInterval: time.Hour, ProbeInterval: time.Hour}, nil, vip1)
 
 	g.Expect(a.SetLinkUp("eth0", false)).To(Succeed())
 	g.Expect(a.SetLinkUp("eth0", true)).To(Succeed())
@@ -321,37 +209,12 @@ func TestLinkFlapKeepsARP(t *testing.T) {
 // whose address comes later) still announces an IPv4 VIP: the ARP socket is opened once the VIP
 // itself is on the interface. Before, the VIP was recorded as held and never announced.
 func TestAnnouncerWithoutNodeIPv4(t *testing.T) {
-	l := lab.NewT(t, "arpno4")
 	g := NewWithT(t)
-	a, err := l.AddNamespace("a")
-	g.Expect(err).NotTo(HaveOccurred())
-	b, err := l.AddNamespace("b")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(l.AddLink(a, "eth0", b, "eth0")).To(Succeed())
-	g.Expect(b.AddAddr("eth0", netip.MustParsePrefix("10.46.0.2/24"))).To(Succeed())
 	vip := netip.MustParseAddr("10.46.0.100")
-	var watcher *mdarp.Client
-	g.Expect(b.Do(func() error {
-		ifi, err := net.InterfaceByName("eth0")
-		if err != nil {
-			return err
-		}
-		watcher, err = mdarp.Dial(ifi)
-		return err
-	})).To(Succeed())
-	defer watcher.Close()
-
-	var dp *arp.Announcer
-	g.Expect(a.Do(func() error {
-		var err error
-		dp, err = arp.New(arp.Config{Interface: "eth0", BurstCount: 1, BurstInterval: 100 * time.Millisecond,
-			RefreshInterval: time.Second, ProbeInterval: 200 * time.Millisecond}, logr.Discard(), prometheus.NewRegistry())
-		if err != nil {
-			return err
-		}
-		return dp.Sync(context.Background(), dataplane.Desired{Announce: true, VIPs: []netip.Addr{vip}})
-	})).To(Succeed())
-	defer func() { _ = a.Do(func() error { return dp.Close(context.Background()) }) }()
+	p := newPair(t, g, "arpno4", "", "10.46.0.2/24")
+	watcher := p.c
+	dp := p.announce(t, g, arp.Config{BurstCount: 1, BurstInterval: 100 * time.Millisecond,
+		RefreshInterval: time.Second, ProbeInterval: 200 * time.Millisecond}, prometheus.NewRegistry(), vip)
 
 	mac := dp.Status().ARP.MAC
 	g.Expect(watcher.SetReadDeadline(time.Now().Add(3 * time.Second))).To(Succeed())
