@@ -16,9 +16,8 @@ const (
 	maxBFDInterval       = time.Minute
 )
 
-// BFDConfig runs single-hop BFD (RFC 5880, 5881) to one BGP peer (modes/bfd): the peer drops
-// this member's routes when it stops hearing from it, and this member resets the BGP session
-// when it stops hearing from the peer.
+// BFDConfig runs single-hop BFD (RFC 5880, 5881) to one BGP peer (modes/bfd), started once the BGP
+// session is established: the peer drops this member's routes when it stops hearing from it.
 type BFDConfig struct {
 	// MinRx is the fastest this member accepts control packets at. Default 300ms.
 	MinRx *metav1.Duration `json:"minRx,omitempty"`
