@@ -86,6 +86,11 @@ func (a *Agent) gather(now time.Time, req requests) inputs {
 	in.healthy, in.healthDetail = a.health.state()
 	in.linkDown, in.linkUp = a.link.down(), a.link.up(now)
 	in.digest = a.digest()
+	if a.rules.spreadMode() {
+		if s := a.dp.Status().ARP; s != nil {
+			in.spread = s.Spread
+		}
+	}
 	switch {
 	case a.ml != nil:
 		in.election = true

@@ -21,6 +21,12 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 		// ARP: a member in the data plane serves the VIP or stands by to
 		// take it over.
 		rep.InDataPlane = st.holding || (rep.Eligible && rep.Member)
+		// Spread: the holder forwarded connections here; they drain until
+		// it counts none or the drain period ends.
+		if quiet && r.spreadMode() {
+			drained, _ := r.spreadDrained(in.view)
+			quiet = drained || in.now.Sub(st.quiesceSince) >= r.cfg.Quiesce.Drain.Duration
+		}
 	}
 	rep.Quiesced = quiet
 	switch {
@@ -28,6 +34,8 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 		rep.Reason = "quiesced: " + st.quiesceReason()
 	case st.quiescing && st.holding:
 		rep.Reason = "quiescing: " + st.quiesceReason() + "; handing over"
+	case st.quiescing && r.spreadMode():
+		rep.Reason = "quiescing: " + st.quiesceReason() + "; draining connections forwarded here"
 	case st.quiescing:
 		rep.Reason = "quiescing: " + st.quiesceReason() + "; draining"
 	case st.lastFailOpen:

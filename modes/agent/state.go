@@ -28,9 +28,13 @@ type loopState struct {
 	// confirmed with a successful Sync.
 	holding bool
 	// quiet: the Desired.Quiet of the last successful Sync.
-	quiet     bool
+	quiet bool
+	// spread: the Desired.Spread of the last successful Sync.
+	spread    *dataplane.Spread
 	quiescing bool
-	exiting   bool
+	// quiesceSince: when quiescing began (zero while not quiescing).
+	quiesceSince time.Time
+	exiting      bool
 	// quiesceBy: who asks this node to stay out ("admin", "node"), and why.
 	quiesceBy map[string]string
 	// handingOver: a successor announces the VIPs; the hand-over runs to its
@@ -90,6 +94,10 @@ type inputs struct {
 	// probeJitter is added to the bootstrap probe's one-second back-off so
 	// that two nodes that collided do not probe in step again.
 	probeJitter time.Duration
+
+	// spread is what the data plane reports of the spread mode's forwarding
+	// (nil when it does not spread).
+	spread *dataplane.SpreadStatus
 
 	// digest is what this node gossips as its configuration digest.
 	digest string

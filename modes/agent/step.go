@@ -30,6 +30,12 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 	for _, q := range in.quiesce {
 		st = st.request(q, &out)
 	}
+	switch {
+	case !st.quiescing:
+		st.quiesceSince = time.Time{}
+	case st.quiesceSince.IsZero():
+		st.quiesceSince = now
+	}
 
 	// Once a successor announces the VIPs, the hand-over runs to its end
 	// even if the API server recovers meanwhile: reclaiming as the more
@@ -43,6 +49,9 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 		eligible = eligible && (view.Member || r.bootstrap(view))
 		st.silent = r.silentHolder(view, in.answers, now)
 		out.metaBefore = st.meta(eligible, in.digest)
+		if st.holding && r.spreadMode() {
+			out.metaBefore.SpreadTo, out.metaBefore.Draining = spreadMeta(view, in.spread, r.memberAddress)
+		}
 		view = withSelfMeta(view, out.metaBefore)
 		view, st.silentLogged = r.dropSilentHolders(view, st.silent, st.silentLogged, &out)
 		d = election.Decide(view)
@@ -92,12 +101,15 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 	if want && !st.holding {
 		out.desired.HandOver = r.handOverFrom(view)
 	}
-	out.sync = want != st.holding || quiet != st.quiet || now.Sub(st.lastSync) >= resync
+	if want {
+		out.desired.Spread = r.spreadSet(view, eligible)
+	}
+	out.sync = want != st.holding || quiet != st.quiet || !out.desired.Spread.Equal(st.spread) || now.Sub(st.lastSync) >= resync
 	// A failed Sync that was to claim leaves the VIPs unannounced: nobody
 	// is told we hold. A failed release still counts as released.
 	out.unsynced = st.become(want && st.holding, reason, now)
 	if out.sync {
-		st.lastSync, st.quiet = now, quiet
+		st.lastSync, st.quiet, st.spread = now, quiet, out.desired.Spread
 	}
 	st = st.become(want, reason, now)
 	out.eligible, out.view, out.decision = eligible, view, d

@@ -58,6 +58,8 @@ type Announcer struct {
 	// that silence this kernel's ARP replies / NAs for the VIPs are in.
 	tables     tables
 	quietRules bool
+	// spread deals new connections across members (spread mode; spread.go).
+	spread *spreader
 }
 
 var _ dataplane.Dataplane = &Announcer{}
@@ -104,6 +106,12 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 	a.handover.stop("leftover from an earlier run")
 	if err := a.tables.removeQuiet(); err != nil {
 		log.Error(err, "removing leftover quiet tables failed")
+	}
+	// Forwarding left by a killed agent would deal connections for a VIP
+	// this node may not hold.
+	a.spread = newSpreader(nftSpread{forwardingFile: forwardingSysctl}, log, time.Now)
+	if err := (nftSpread{}).remove(); err != nil {
+		log.Error(err, "removing a leftover spread table failed")
 	}
 	a.nodeIPv4 = firstIPv4(link)
 	if a.nodeIPv4.IsValid() {
@@ -155,6 +163,7 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 	}
 	if len(want) == 0 {
 		a.handover.release("VIPs released")
+		a.spread.release()
 	} else if d.HandOver != nil && len(a.held) == 0 {
 		a.handover.start(d.VIPs, d.HandOver.From, d.HandOver.Window)
 	}
@@ -217,6 +226,9 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 		go a.announceLoop(actx, v)
 		a.log.Info("VIP added", "vip", v.String(), "interface", a.cfg.Interface)
 	}
+	if len(a.held) > 0 {
+		a.spread.set(d.VIPs, d.Spread)
+	}
 	return errors.Join(errs...)
 }
 
@@ -239,6 +251,7 @@ func (a *Announcer) Close(context.Context) error {
 	}
 	a.held = map[netip.Addr]context.CancelFunc{}
 	a.handover.stop("data plane closed")
+	a.spread.release()
 	a.setQuietRulesLocked(false)
 	if a.arp != nil {
 		_ = a.arp.Close()
@@ -260,6 +273,7 @@ func (a *Announcer) Status() dataplane.Status {
 		s.Held = append(s.Held, v)
 	}
 	slices.SortFunc(s.Held, func(x, y netip.Addr) int { return x.Compare(y) })
+	s.Spread = a.spread.status()
 	for _, d := range a.dups {
 		if time.Since(d.LastSeen) < duplicateActive {
 			s.Duplicates = append(s.Duplicates, *d)

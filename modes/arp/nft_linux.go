@@ -25,13 +25,42 @@ type nftRule struct {
 	exprs []expr.Any
 }
 
-// tableSpec is one table with at most one set and one base chain.
+// tableSpec is one table with at most one set (or map) and its base
+// chains: chain with rules, then any further chains.
 type tableSpec struct {
 	family nftables.TableFamily
 	name   string
 	set    *nftables.Set // may be nil
+	elems  []nftables.SetElement
 	chain  nftables.Chain
 	rules  []nftRule
+	more   []chainRules
+}
+
+// chainRules is a further base chain of a table and its rules.
+type chainRules struct {
+	chain nftables.Chain
+	rules []nftRule
+}
+
+// ruleRef is one rule of a table: its chain (0: spec.chain, i: more[i-1]).
+type ruleRef struct {
+	chain int
+	rule  nftRule
+}
+
+// allRules lists the table's rules chain by chain, in the order they are added.
+func (spec tableSpec) allRules() []ruleRef {
+	var out []ruleRef
+	for _, r := range spec.rules {
+		out = append(out, ruleRef{0, r})
+	}
+	for i, c := range spec.more {
+		for _, r := range c.rules {
+			out = append(out, ruleRef{i + 1, r})
+		}
+	}
+	return out
 }
 
 func familyName(f nftables.TableFamily) string {
@@ -53,7 +82,7 @@ func (netlinkTables) replace(spec tableSpec) error {
 		return fmt.Errorf("nftables: netlink socket: %w", err)
 	}
 	where := fmt.Sprintf("table %s %s", familyName(spec.family), spec.name)
-	queue := func(rules []nftRule) *nftables.Table {
+	queue := func(rules []ruleRef) *nftables.Table {
 		// Adding the table first makes the delete succeed whether or not
 		// it existed: the batch replaces any earlier table.
 		t := &nftables.Table{Family: spec.family, Name: spec.name}
@@ -65,27 +94,30 @@ func (netlinkTables) replace(spec tableSpec) error {
 			s := *spec.set
 			s.Table, s.ID = t, 0
 			set = &s
-			if err := c.AddSet(set, nil); err != nil {
+			if err := c.AddSet(set, spec.elems); err != nil {
 				c.DelTable(t)
 				return nil
 			}
 		}
-		ch := spec.chain
-		ch.Table = t
-		c.AddChain(&ch)
+		chains := []*nftables.Chain{}
+		for _, ch := range append([]nftables.Chain{spec.chain}, chainsOf(spec.more)...) {
+			ch.Table = t
+			chains = append(chains, c.AddChain(&ch))
+		}
 		for _, r := range rules {
-			c.AddRule(&nftables.Rule{Table: t, Chain: &ch, Exprs: bindSet(r.exprs, set)})
+			c.AddRule(&nftables.Rule{Table: t, Chain: chains[r.chain], Exprs: bindSet(r.rule.exprs, set)})
 		}
 		return t
 	}
-	if t := queue(spec.rules); t == nil {
+	all := spec.allRules()
+	if t := queue(all); t == nil {
 		return fmt.Errorf("nftables: %s: set %q refused", where, spec.set.Name)
 	}
 	err = c.Flush()
 	if err == nil {
 		return nil
 	}
-	// Find the rule the kernel refuses: table, set and chain first, then
+	// Find the rule the kernel refuses: table, set and chains first, then
 	// one more rule per batch. The table is left out on every path.
 	defer func() {
 		c.DelTable(&nftables.Table{Family: spec.family, Name: spec.name})
@@ -93,15 +125,23 @@ func (netlinkTables) replace(spec tableSpec) error {
 	}()
 	queue(nil)
 	if ferr := c.Flush(); ferr != nil {
-		return fmt.Errorf("nftables: %s: creating the table, set and base chain: %w", where, ferr)
+		return fmt.Errorf("nftables: %s: creating the table, set and base chains: %w", where, ferr)
 	}
-	for i := range spec.rules {
-		queue(spec.rules[:i+1])
+	for i := range all {
+		queue(all[:i+1])
 		if ferr := c.Flush(); ferr != nil {
-			return fmt.Errorf("nftables: %s: rule %q: %w", where, spec.rules[i].desc, ferr)
+			return fmt.Errorf("nftables: %s: rule %q: %w", where, all[i].rule.desc, ferr)
 		}
 	}
 	return fmt.Errorf("nftables: %s: %w", where, err)
+}
+
+func chainsOf(more []chainRules) []nftables.Chain {
+	out := make([]nftables.Chain, len(more))
+	for i, c := range more {
+		out[i] = c.chain
+	}
+	return out
 }
 
 // remove deletes the table if it exists.

@@ -6,6 +6,7 @@ package dataplane
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -28,6 +29,33 @@ type Desired struct {
 	// that a graceful hand-over breaks no connection. It is ignored while the VIPs are held
 	// already, and by data planes that cannot redirect (BGP).
 	HandOver *HandOver
+	// Spread, while the VIPs are held, forwards new connections to them across members (the
+	// ARP backend's spread mode); nil serves every connection on this node. Data planes in which
+	// the routers spread (BGP) ignore it.
+	Spread *Spread
+}
+
+// Spread is the set a VIP holder forwards new TCP connections to: every eligible member, this
+// node included. Connections already established keep their member (conntrack); a member that
+// leaves the set gets no new ones and drains.
+type Spread struct {
+	// Ports are the TCP ports spread (the API port and the extra ports).
+	Ports []uint16
+	// Source is this node's own address: forwarded connections leave from it, so that the
+	// members' replies come back through this node.
+	Source netip.Addr
+	// Backends are the members' node addresses, in the roster's order, this node's own
+	// (Source) among them when it is eligible. Only addresses of Source's family are
+	// spread to; VIPs of the other family are served here.
+	Backends []netip.Addr
+}
+
+// Equal reports whether s and o ask for the same forwarding.
+func (s *Spread) Equal(o *Spread) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return s.Source == o.Source && slices.Equal(s.Ports, o.Ports) && slices.Equal(s.Backends, o.Backends)
 }
 
 // HandOver names the previous holder of the VIPs and how long its flows go back to it.

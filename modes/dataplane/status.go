@@ -20,6 +20,36 @@ type ARPStatus struct {
 	MAC        string       `json:"mac"`
 	Held       []netip.Addr `json:"held"`
 	Duplicates []Duplicate  `json:"duplicates,omitempty"`
+	// Spread is the forwarding of spread mode as the kernel has it (nil: every connection is
+	// served on this node).
+	Spread *SpreadStatus `json:"spread,omitempty"`
+}
+
+// SpreadStatus is spread mode's forwarding on the VIP holder, read back from the kernel: the
+// nftables map new connections are dealt from, and conntrack's count of the connections each
+// member serves.
+type SpreadStatus struct {
+	Ports  []uint16   `json:"ports"`
+	Source netip.Addr `json:"source"`
+	// Backends are the members new connections go to, in dealing order.
+	Backends []SpreadBackend `json:"backends"`
+	// Draining are members that left the set and still serve connections forwarded before;
+	// each stays listed until conntrack counts none, measured after it left.
+	Draining []SpreadBackend `json:"draining,omitempty"`
+	// CountedAt is when the connections were counted.
+	CountedAt time.Time `json:"countedAt,omitzero"`
+	// Error is the last failure to program or read the forwarding, "" when none.
+	Error string `json:"error,omitempty"`
+}
+
+// SpreadBackend is one member of the spread set.
+type SpreadBackend struct {
+	Address netip.Addr `json:"address"`
+	// Connections are the live TCP connections to the VIPs this node forwards to it (for this
+	// node itself: serves), per conntrack.
+	Connections int `json:"connections"`
+	// Since: for a draining member, when it left the set.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // Duplicate is another MAC seen answering for a VIP this node holds.

@@ -44,6 +44,13 @@ type Meta struct {
 	// same holder silent, the others treat it as failed without waiting
 	// for gossip's verdict (see the agent's fastfail.go).
 	Silent string `json:"s,omitempty"`
+	// SpreadTo and Draining: a holder in the ARP spread mode lists the members new connections
+	// are forwarded to and those that left that set and still serve forwarded connections, by
+	// their index in the membership of Version ("0,2" and "1:14" = member 1, 14 connections),
+	// as its kernel has them; a member that left the set reads here when it is drained. Strings,
+	// so that Meta stays comparable and small.
+	SpreadTo string `json:"t,omitempty"`
+	Draining string `json:"d,omitempty"`
 }
 
 // MemberView is one configured member as a member sees it.

@@ -278,6 +278,15 @@ func (c *AgentConfiguration) Validate() error {
 	positive(bad, "arp.burstInterval", c.ARP.BurstInterval)
 	positive(bad, "arp.refreshInterval", c.ARP.RefreshInterval)
 	positive(bad, "arp.probeInterval", c.ARP.ProbeInterval)
+	switch c.ARP.LoadBalancing {
+	case "", LoadBalancingSingle:
+	case LoadBalancingSpread:
+		if c.Mode == ModeBGP {
+			bad("arp.loadBalancing", "spread is an arp mode; in bgp mode the routers spread connections (ECMP)")
+		}
+	default:
+		bad("arp.loadBalancing", "%q is not a mode; use %q or %q", c.ARP.LoadBalancing, LoadBalancingSingle, LoadBalancingSpread)
+	}
 	if c.Mode == ModeBGP {
 		if c.BGP == nil {
 			bad("bgp", "is required in bgp mode")

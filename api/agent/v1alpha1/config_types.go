@@ -169,7 +169,19 @@ type ARPConfig struct {
 	RefreshInterval Duration `json:"refreshInterval,omitzero"`
 	// ProbeInterval between duplicate-owner probes while holding. Default 1s.
 	ProbeInterval Duration `json:"probeInterval,omitzero"`
+	// LoadBalancing is "single" (default: the VIP holder serves every connection) or "spread":
+	// the holder forwards new TCP connections to port and extraPorts across every eligible
+	// member, itself included (nftables DNAT, SNAT to its own address; needs
+	// net.ipv4.ip_forward=1, as kubeadm's preflight does). Only VIPs of the members' address
+	// family are spread.
+	LoadBalancing string `json:"loadBalancing,omitempty"`
 }
+
+// ARP load-balancing modes (ARPConfig.LoadBalancing).
+const (
+	LoadBalancingSingle = "single"
+	LoadBalancingSpread = "spread"
+)
 
 // MembershipConfig says where the member list comes from.
 type MembershipConfig struct {

@@ -69,6 +69,11 @@ type ClusterOptions struct {
 	// NoAgents builds the lab and starts the stand-ins but no agent: the
 	// caller runs another VIP daemon (the ARP bench's keepalived peer).
 	NoAgents bool
+	// Forwarding turns IP forwarding on in the nodes, as on every kubeadm
+	// node (its preflight requires net.ipv4.ip_forward=1): the spread mode
+	// forwards through the VIP holder. Off by default, which keeps the
+	// failover labs as their published figures were measured.
+	Forwarding bool
 }
 
 // Cluster is a switch, N control-plane nodes and a client.
@@ -163,6 +168,11 @@ func StartCluster(l *lab.Lab, opts ClusterOptions) (*Cluster, error) {
 		}
 		if n.nl, err = n.NS.Netlink(); err != nil {
 			return nil, err
+		}
+		if opts.Forwarding {
+			if _, err := n.NS.Run(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
+				return nil, err
+			}
 		}
 		n.fail = filepath.Join(l.Dir(), n.Name+".readyz-fail")
 		n.socket = n.ControlSocket(l)
