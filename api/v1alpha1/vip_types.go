@@ -1,13 +1,28 @@
 package v1alpha1
 
-import ()
-
 // ARPBackend serves the endpoint on a virtual IP that one elected member holds on the members'
 // L2 segment (gratuitous ARP / unsolicited NA). The node agents run from the bootstrap Secret the
 // controller renders (<clusterName>-caplb-agent); see docs/backends/arp.md.
 type ARPBackend struct {
 	VIPBackend `json:",inline"`
+
+	// loadBalancing says who serves the VIP's connections. single (default): the VIP holder
+	// serves them all, the others stand by. spread: the holder forwards new connections to the
+	// API port and extraPorts across every healthy member, itself included, in turn (nftables
+	// DNAT, SNAT to the holder's address: the API servers see the holder as the client). A
+	// member that turns unhealthy, is disabled or quiesced gets no new connection; the ones it
+	// serves drain. The nodes need IP forwarding (kubeadm's preflight requires it). See
+	// docs/backends/arp.md.
+	// +optional
+	// +kubebuilder:validation:Enum=single;spread
+	LoadBalancing string `json:"loadBalancing,omitempty"`
 }
+
+// ARP load-balancing modes (ARPBackend.LoadBalancing).
+const (
+	ARPLoadBalancingSingle = "single"
+	ARPLoadBalancingSpread = "spread"
+)
 
 // BGPBackend serves the endpoint on a virtual IP that every healthy member announces to its
 // routers as a /32 (/128); the routers spread connections by ECMP. See docs/backends/bgp.md.

@@ -164,6 +164,10 @@ func testAdmission(t *testing.T, s *suite) {
 			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
 				"peers": []any{map[string]any{"address": "fd00::1", "asn": int64(64500), "bfd": map[string]any{}}}}}
 		}, []string{"bfd: BFD runs to IPv4 routers only"}},
+		{"arp load balancing not a mode", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"loadBalancing": "roundrobin"}}
+		}, []string{"spec.backend.arp.loadBalancing", `supported values: "single", "spread"`}},
 		{"agent interface with a slash", func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"interface": "eth0/1"}}}
@@ -363,6 +367,7 @@ func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
 		{"arp VIP IPv4", vip("10.0.0.10", map[string]any{"arp": map[string]any{}})},
 		{"arp VIP IPv6", vip("fd00::10", map[string]any{"arp": map[string]any{}})},
 		{"arp VIP public", vip("198.51.100.10", map[string]any{"arp": map[string]any{}})},
+		{"arp spread", vip("10.0.0.10", map[string]any{"arp": map[string]any{"loadBalancing": "spread"}})},
 		{"arp timers", vip("10.0.0.10", map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{
 			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms"}}}})},
 		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},

@@ -113,8 +113,9 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	for _, p := range v.ExtraPorts {
 		c.ExtraPorts = append(c.ExtraPorts, int(p))
 	}
-	if lb.Spec.Backend.ARP != nil {
+	if a := lb.Spec.Backend.ARP; a != nil {
 		c.Interface = v.Agent.Interface
+		c.ARP.LoadBalancing = a.LoadBalancing
 	}
 	c.Members = append([]agentv1.MemberConfig{}, in.membership.Members...)
 	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}

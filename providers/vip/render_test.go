@@ -122,6 +122,22 @@ func TestRenderedBGP(t *testing.T) {
 	g.Expect(parsed.BGP.Communities).To(Equal([]string{"64512:100", "no-export"}))
 }
 
+// TestRenderedSpread: spec.backend.arp.loadBalancing reaches the agent's arp.loadBalancing;
+// unset, the agent's default (single) applies.
+func TestRenderedSpread(t *testing.T) {
+	for _, mode := range []string{"", lbv1.ARPLoadBalancingSingle, lbv1.ARPLoadBalancingSpread} {
+		g := NewWithT(t)
+		lb := arpLB()
+		lb.Spec.Backend.ARP.LoadBalancing = mode
+		c := renderConfig(lb, renderInput{vip: "192.0.2.10", membership: agentv1.Membership{}})
+		b, err := marshalConfig(c)
+		g.Expect(err).NotTo(HaveOccurred())
+		parsed, err := agentv1.Parse(b)
+		g.Expect(err).NotTo(HaveOccurred(), "%s", b)
+		g.Expect(parsed.ARP.LoadBalancing).To(Equal(mode))
+	}
+}
+
 func TestValidateNamesFields(t *testing.T) {
 	b := NewARP(Options{AgentImage: "img"})
 	bb := NewBGP(Options{AgentImage: "img"})
