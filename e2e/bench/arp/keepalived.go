@@ -49,6 +49,11 @@ func (d caplbDaemon) waitExit(n *arplab.Node, timeout time.Duration) error {
 	return n.Agent.Wait(timeout)
 }
 
+// spreadDaemon is caplb in spread mode (named apart in the output).
+type spreadDaemon struct{ caplbDaemon }
+
+func (spreadDaemon) name() string { return "caplb-spr" }
+
 // keepalivedDaemon runs Debian's keepalived on every node, tuned as the
 // brief's peer: VRRPv3, advert_int 0.1, nopreempt, every node BACKUP,
 // priorities 100, 99, 98 in member order (distinct, as tuned deployments

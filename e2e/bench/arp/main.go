@@ -45,6 +45,9 @@ type config struct {
 	// agentPkg is built and measured unless agentBin names a prebuilt binary.
 	agentPkg, agentBin string
 	verbose            bool
+	// spread runs caplb a second time with loadBalancing: spread (shares,
+	// added latency, quiesce, and the scenarios) before the peer.
+	spread bool
 }
 
 func main() {
@@ -58,6 +61,7 @@ func main() {
 	flag.StringVar(&cfg.agentPkg, "agent-pkg", "./cmd/caplb-agent", "package of the binary whose `agent` command is measured (./cmd/caplb for the full binary)")
 	flag.StringVar(&cfg.agentBin, "agent-bin", "", "a prebuilt agent binary to measure instead of building -agent-pkg (e.g. an older commit's, for a before/after run)")
 	flag.BoolVar(&cfg.verbose, "v", false, "print every failed connect")
+	flag.BoolVar(&cfg.spread, "spread", true, "also run caplb in spread mode (loadBalancing: spread): shares, added latency, quiesce, failover")
 	flag.StringVar(&cfg.svg, "svg", "", "SVG timeline (default: next to -out, bench-arp-timeline.svg)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -84,6 +88,7 @@ func envOr(k, def string) string {
 // daemonRun is one daemon's pass over the scenarios.
 type daemonRun struct {
 	summaries map[string]summary
+	spread    *spreadFigures // the spread pass only
 	timeline  *trialData
 	rss, anon float64
 }
@@ -125,16 +130,25 @@ func run(cfg config) error {
 	caplb := &daemonRun{summaries: map[string]summary{}}
 	if cfg.withCaplb {
 		caplb, err = runDaemon("benchArp", arplab.ClusterOptions{AgentBinary: agentBin, StandinBinary: standinBin},
-			func(b *bench) (daemon, error) { return caplbDaemon{b: b}, nil }, cfg)
+			func(b *bench) (daemon, error) { return caplbDaemon{b: b}, nil }, cfg, false)
 		if err != nil {
 			return err
+		}
+	}
+	var spread *daemonRun
+	if cfg.withCaplb && cfg.spread {
+		fmt.Println("\ncaplb in spread mode (loadBalancing: spread), nodes forwarding, same client")
+		spread, err = runDaemon("benchArpSp", spreadLabOptions(agentBin, standinBin),
+			func(b *bench) (daemon, error) { return spreadDaemon{caplbDaemon{b: b}}, nil }, cfg, true)
+		if err != nil {
+			return fmt.Errorf("spread: %w", err)
 		}
 	}
 	var ka *daemonRun
 	if kaBin != "" {
 		fmt.Printf("\npeer: %s (VRRPv3, advert_int 0.1, nopreempt), same lab, same client\n", kaVersion)
 		ka, err = runDaemon("benchArpKa", arplab.ClusterOptions{StandinBinary: standinBin, NoAgents: true},
-			func(b *bench) (daemon, error) { return newKeepalived(b.c, kaBin) }, cfg)
+			func(b *bench) (daemon, error) { return newKeepalived(b.c, kaBin) }, cfg, false)
 		if err != nil {
 			return fmt.Errorf("keepalived: %w", err)
 		}
@@ -160,6 +174,33 @@ func run(cfg config) error {
 		}
 		fmt.Println()
 		results[sc] = r
+	}
+	if spread != nil {
+		f := spread.spread
+		f.Scenarios = map[string]scenarioResult{}
+		fmt.Printf("\n%-15s %22s", "spread", "caplb p50 / p99 ms")
+		if ka != nil {
+			fmt.Printf(" %26s %18s", "keepalived p50 / p99 ms", "ratio p50 / p99")
+		}
+		fmt.Printf(" %8s\n", "failed")
+		for _, sc := range scenarios {
+			s := spread.summaries[sc]
+			r := scenarioResult{summary: s}
+			fmt.Printf("%-15s %10.0f / %-9.0f", sc, s.P50, s.P99)
+			if ka != nil {
+				p := ka.summaries[sc]
+				r.Peer, r.PeerVersion, r.PeerP50, r.PeerP99, r.PeerMax = "keepalived", kaVersion, p.P50, p.P99, p.Max
+				r.PeerFailed, r.PeerDuplicateMS, r.PeerFailoverMS = p.FailedConnects, p.DuplicateOwnerMS, p.FailoverMS
+				r.RatioP50, r.RatioP99 = ratio(s.P50, p.P50), ratio(s.P99, p.P99)
+				fmt.Printf(" %12.0f / %-11.0f %8.2f / %-6.2f", p.P50, p.P99, r.RatioP50, r.RatioP99)
+			}
+			fmt.Printf(" %8d\n", s.FailedConnects)
+			f.Scenarios[sc] = r
+		}
+		f.GracefulFailed = spread.summaries["graceful"].FailedConnects
+		results["spread"] = f
+		fmt.Printf("spread: shares %v, added latency p50 %.0f us, failed connects: quiesce %d, graceful hand-over %d\n",
+			f.Shares, f.AddedLatencyUsP50, f.QuiesceFailed, f.GracefulFailed)
 	}
 	results["agent_rss_mib"] = caplb.rss
 	results["agent_rss_anon_mib"] = caplb.anon
@@ -220,7 +261,9 @@ func ratio(a, b float64) float64 {
 
 // runDaemon builds a lab named labName, starts the daemon on every node and
 // runs every scenario on it.
-func runDaemon(labName string, opts arplab.ClusterOptions, mk func(*bench) (daemon, error), cfg config) (*daemonRun, error) {
+// spread: the spread pass (the client's ARP entry tells the holder; the
+// shares, latency and quiesce figures are measured first).
+func runDaemon(labName string, opts arplab.ClusterOptions, mk func(*bench) (daemon, error), cfg config, spread bool) (*daemonRun, error) {
 	trials, scenarios, interval, verbose := cfg.trials, cfg.scenarios, cfg.interval, cfg.verbose
 	l, err := lab.New(labName)
 	if err != nil {
@@ -235,7 +278,13 @@ func runDaemon(labName string, opts arplab.ClusterOptions, mk func(*bench) (daem
 	if b.d, err = mk(b); err != nil {
 		return nil, err
 	}
-	b.rec = startRecorder(c, arplab.VIPv4, interval, 250*time.Millisecond)
+	var view *clientView
+	if spread {
+		if view, err = newClientView(c); err != nil {
+			return nil, err
+		}
+	}
+	b.rec = startRecorder(c, arplab.VIPv4, interval, 250*time.Millisecond, view)
 	defer b.rec.close()
 	if verbose {
 		macs := map[string]string{}
@@ -252,6 +301,11 @@ func runDaemon(labName string, opts arplab.ClusterOptions, mk func(*bench) (daem
 		return nil, fmt.Errorf("%s: cluster never settled: %w (logs in %s)", b.d.name(), err, l.Dir())
 	}
 	res := &daemonRun{summaries: map[string]summary{}}
+	if spread {
+		if res.spread, err = measureSpread(b, 6); err != nil {
+			return nil, fmt.Errorf("%s: %w (logs in %s)", b.d.name(), err, l.Dir())
+		}
+	}
 	for _, sc := range scenarios {
 		fn := scenarioFuncs[sc]
 		var ts []trialResult

@@ -22,6 +22,9 @@ type attempt struct {
 type holding struct {
 	At      time.Time
 	Holders []string
+	// ClientSees: the node the client's ARP entry for the VIP points to
+	// (sampled in spread mode only).
+	ClientSees string
 }
 
 // recorder runs the client probe (a connect every interval, each in its own
@@ -32,6 +35,8 @@ type recorder struct {
 	vip      netip.Addr
 	interval time.Duration
 	timeout  time.Duration
+	// view, in spread mode, samples the client's ARP entry for the VIP.
+	view *clientView
 
 	mu       sync.Mutex
 	attempts []attempt
@@ -40,9 +45,9 @@ type recorder struct {
 	wg       sync.WaitGroup
 }
 
-func startRecorder(c *arplab.Cluster, vip netip.Addr, interval, timeout time.Duration) *recorder {
+func startRecorder(c *arplab.Cluster, vip netip.Addr, interval, timeout time.Duration, view *clientView) *recorder {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &recorder{c: c, vip: vip, interval: interval, timeout: timeout, stop: cancel}
+	r := &recorder{c: c, vip: vip, interval: interval, timeout: timeout, stop: cancel, view: view}
 	r.wg.Add(2)
 	go r.probeLoop(ctx)
 	go r.sampleLoop(ctx)
@@ -95,8 +100,12 @@ func (r *recorder) sampleLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		sample := holding{At: time.Now(), Holders: h}
+		if r.view != nil {
+			sample.ClientSees = r.view.sees(r.vip)
+		}
 		r.mu.Lock()
-		r.samples = append(r.samples, holding{At: time.Now(), Holders: h})
+		r.samples = append(r.samples, sample)
 		r.mu.Unlock()
 	}
 }
@@ -147,6 +156,48 @@ func (r *recorder) firstAnswerBy(since time.Time, old string, timeout time.Durat
 			}
 			res := *best
 			r.mu.Unlock()
+			return res, true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return attempt{}, false
+}
+
+// firstAnswerAfterMove is firstAnswerBy for the spread mode, where every
+// member answers: it waits until the client's ARP entry for the VIP points
+// to a node other than old, and returns the first connect started after
+// that which succeeded, with Node set to the node the client now sends to.
+func (r *recorder) firstAnswerAfterMove(since time.Time, old string, timeout time.Duration) (attempt, bool) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		var moved holding
+		for _, h := range r.samples {
+			if h.At.After(since) && h.ClientSees != "" && h.ClientSees != old {
+				moved = h
+				break
+			}
+		}
+		var best *attempt
+		for i := range r.attempts {
+			a := &r.attempts[i]
+			if !moved.At.IsZero() && a.Start.After(moved.At) && a.Err == "" && (best == nil || a.End.Before(best.End)) {
+				best = a
+			}
+		}
+		r.mu.Unlock()
+		if best != nil {
+			time.Sleep(r.timeout)
+			r.mu.Lock()
+			for i := range r.attempts {
+				a := &r.attempts[i]
+				if a.Start.After(moved.At) && a.Err == "" && a.End.Before(best.End) {
+					best = a
+				}
+			}
+			res := *best
+			r.mu.Unlock()
+			res.Node = moved.ClientSees
 			return res, true
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -148,6 +148,9 @@ func (b *bench) trial(name string, fn scenario) (trialResult, *trialData, error)
 		fmt.Printf("    %s fault on %s\n", t0.Format("15:04:05.000000"), owner.Name)
 	}
 	first, ok := b.rec.firstAnswerBy(t0, owner.Name, 15*time.Second)
+	if b.rec.view != nil {
+		first, ok = b.rec.firstAnswerAfterMove(t0, owner.Name, 15*time.Second)
+	}
 	if !ok {
 		return trialResult{}, nil, fmt.Errorf("no other node answered within 15s of the fault on %s", owner.Name)
 	}
