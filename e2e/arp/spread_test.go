@@ -155,6 +155,9 @@ func (e *echoConn) roundTrip(msg string) error {
 func TestSpread(t *testing.T) {
 	c, owner := startSpread(t, "spread", 30*time.Second)
 	g := NewWithT(t)
+	metrics, err := owner.Metrics(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(metrics).To(ContainSubstring("caplb_agent_spread_members 3\n"))
 
 	who, failed := connectMany(t, c, 300)
 	if failed > 0 {

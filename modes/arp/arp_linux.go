@@ -91,8 +91,29 @@ func New(cfg Config, log logr.Logger, reg prometheus.Registerer) (*Announcer, er
 		Name: "caplb_agent_duplicate_owners",
 		Help: "VIPs held by this node for which another MAC answered in the last 5s.",
 	}, func() float64 { return float64(len(a.Status().ARP.Duplicates)) })
+	spreadMembers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "caplb_agent_spread_members",
+		Help: "Members this node deals new connections to in spread mode, as its kernel has them (0: not spreading).",
+	}, func() float64 {
+		if sp := a.Status().ARP.Spread; sp != nil {
+			return float64(len(sp.Backends))
+		}
+		return 0
+	})
+	spreadDraining := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "caplb_agent_spread_draining_connections",
+		Help: "Connections this node forwarded to members that left the spread set and are still open.",
+	}, func() float64 {
+		n := 0
+		if sp := a.Status().ARP.Spread; sp != nil {
+			for _, d := range sp.Draining {
+				n += d.Connections
+			}
+		}
+		return float64(n)
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{a.announced, a.dupCounter, a.dupGauge} {
+		for _, c := range []prometheus.Collector{a.announced, a.dupCounter, a.dupGauge, spreadMembers, spreadDraining} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("arp: register metrics: %w", err)
 			}
