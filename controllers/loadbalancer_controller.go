@@ -95,7 +95,10 @@ type scope struct {
 	// notPublisher: an older LoadBalancer of the Cluster publishes its endpoint (publishToCluster).
 	notPublisher bool
 	kind         memberKind
-	paused       bool
+	// workload is the WorkloadClusterReachable condition of a remote Node LoadBalancer (nil for
+	// the other kinds); set on the LoadBalancer unless paused.
+	workload *metav1.Condition
+	paused   bool
 	backend      providers.Backend
 	invalid      field.ErrorList
 
@@ -160,7 +163,8 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(lb.Namespace, lb.Spec.ClusterName))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	s := &scope{lb: lb, kind: r.memberKindFor(lb)}
+	s := &scope{lb: lb}
+	s.kind = r.memberKindFor(ctx, s)
 	if lb.Spec.ClusterName != "" {
 		cluster := &clusterv1.Cluster{}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: lb.Spec.ClusterName}, cluster)
@@ -231,6 +235,9 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		return err
 	}
 	s.peers = peers
+	if s.workload != nil {
+		conditions.Set(s.lb, *s.workload)
+	}
 	s.invalid = append(nodeTargetErrors(s.lb, r.NodeTargetsNamespace), Validate(s.lb, r.Backends)...)
 	s.invalid = append(s.invalid, dataPlaneConflicts(s.lb, peers)...)
 	if len(s.invalid) > 0 {
@@ -244,6 +251,7 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	s.backend = b
 	s.lb.Status.Backend = b.Kind()
 	r.watchWorkloadNodes(ctx, s)
+	r.watchRemoteNodes(ctx, s)
 
 	var errs []error
 	if err := r.reconcileMembers(ctx, s); err != nil {
