@@ -99,8 +99,8 @@ type scope struct {
 	// the other kinds); set on the LoadBalancer unless paused.
 	workload *metav1.Condition
 	paused   bool
-	backend      providers.Backend
-	invalid      field.ErrorList
+	backend  providers.Backend
+	invalid  field.ErrorList
 
 	// members is nil until gathered; status.targets is only rewritten when it is set.
 	members  []*member
