@@ -76,6 +76,7 @@ func TestIntegration(t *testing.T) {
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
 			{"NodeTargetsFenced", testNodeTargetsFenced},
+			{"RemoteNodeTargets", testRemoteNodeTargets},
 			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},
