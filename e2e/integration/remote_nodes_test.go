@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
@@ -147,4 +148,50 @@ func workloadNode(g Gomega, ctx context.Context, c client.Client, name string) *
 	n := &corev1.Node{}
 	g.Expect(c.Get(ctx, types.NamespacedName{Name: name}, n)).To(Succeed())
 	return n
+}
+
+// The fence of local Node targets holds against remote ones: a tenant's kubeconfig Secret that
+// leads back to the management cluster with the manager's own identity (a tokenFile naming the
+// manager's ServiceAccount token, as a pod would mount it) connects, but no management Node
+// becomes a member or is annotated, even with `selector: {}`.
+func testRemoteNodeTargetsFenced(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	f := newFixture(t, s, harness.ClusterOptions{ExternallyManaged: true})
+	mgmtNode, err := s.env.CreateNode(ctx, f.ns+"-mgmt", map[string]string{"node-role.kubernetes.io/control-plane": ""}, "127.0.0.9")
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = s.env.Client.Delete(context.Background(), mgmtNode) })
+
+	kc, err := s.env.ManagerTokenFileKubeconfig(ctx, t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.env.Client.Create(ctx, kubeconfig.GenerateSecret(f.cluster, kc))).To(Succeed())
+	g.Expect(testinfra.SetProvisioned(ctx, s.env.Client, f.ns, f.cluster.Name)).To(Succeed())
+	f.createLB(t, "api.fenced.example", 6443, func(lb *lbv1.LoadBalancer) {
+		lb.Spec.TargetKind = lbv1.TargetKind{APIGroup: "", Kind: lbv1.NodeKind}
+		lb.Spec.Selector = &metav1.LabelSelector{}
+	})
+	unconnected := func(g Gomega) {
+		lb, err := s.env.GetLB(ctx, f.ns, "lb")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(lb.Status.Targets).To(BeEmpty())
+		n := &corev1.Node{}
+		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(mgmtNode), n)).To(Succeed())
+		g.Expect(n.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
+	}
+	// As shipped, the manager's identity may not even GET "/" on the management cluster, which
+	// the ClusterCache's probe needs: no connection.
+	f.waitLB(t, "the borrowed identity does not connect", func(lb *lbv1.LoadBalancer) bool {
+		return harness.ConditionIs(lb, lbv1.WorkloadClusterReachableCondition, metav1.ConditionFalse) &&
+			lb.Status.Endpoint.Host == "api.fenced.example"
+	})
+	g.Consistently(unconnected, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// A management cluster that lets every authenticated user GET "/": the connection is made,
+	// and the management cluster's Nodes stay hidden all the same.
+	g.Expect(s.env.GrantRootPath(ctx, f.ns)).To(Succeed())
+	f.waitLB(t, "connected to the 'workload cluster' (the management cluster itself)", func(lb *lbv1.LoadBalancer) bool {
+		return harness.ConditionIs(lb, lbv1.WorkloadClusterReachableCondition, metav1.ConditionTrue) &&
+			harness.ConditionIs(lb, lbv1.TargetsAvailableCondition, metav1.ConditionFalse)
+	})
+	g.Consistently(unconnected, 3*time.Second, 200*time.Millisecond).Should(Succeed())
 }

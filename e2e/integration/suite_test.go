@@ -77,6 +77,7 @@ func TestIntegration(t *testing.T) {
 			{"NodeTargets", testNodeTargets},
 			{"NodeTargetsFenced", testNodeTargetsFenced},
 			{"RemoteNodeTargets", testRemoteNodeTargets},
+			{"RemoteNodeTargetsFenced", testRemoteNodeTargetsFenced},
 			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},
