@@ -25,8 +25,9 @@ const (
 	// CAPI's ClusterCache (the <clusterName>-kubeconfig Secret) and its health probe passes. False
 	// while it does not: then nothing changes — status.targets keeps the last known members, the
 	// Nodes keep their annotations, the agents keep the membership they run and the endpoint stays
-	// published. Ready does not change with it, since the data plane does not depend on the
-	// manager's view.
+	// published. It does not make Ready False by itself (the data plane does not depend on the
+	// manager's view); Ready follows what the backend can still verify: the arp and bgp backends
+	// cannot read the agents' reports and say so in EndpointAvailable, as for Machine targets.
 	WorkloadClusterReachableCondition = "WorkloadClusterReachable"
 )
 
