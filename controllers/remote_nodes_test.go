@@ -315,3 +315,17 @@ func TestRemoteNodeTargetsPublishBeforeReachable(t *testing.T) {
 	g.Expect(conditions.IsFalse(got, lbv1.WorkloadClusterReachableCondition)).To(BeTrue())
 	g.Expect(h.cluster("edge").Spec.ControlPlaneEndpoint.Host).To(Equal("api.edge.example"))
 }
+
+// A management cluster Node's event wakes the local Node LoadBalancers only: remote ones take
+// their Nodes from a workload cluster.
+func TestNodeEventsMapToLocalNodeTargetsOnly(t *testing.T) {
+	local := nodeLB("", "ns")
+	local.Name = "local"
+	remote := nodeLB("edge", "ns")
+	remote.Name = "remote"
+	machines := newLB("machines")
+	h := newHarness(t, local, remote, machines)
+	reqs := h.r.nodeToLoadBalancers(context.Background(), testNode("n1", "10.0.0.1", true, true))
+	h.g.Expect(reqs).To(HaveLen(1))
+	h.g.Expect(reqs[0].Name).To(Equal("local"))
+}
