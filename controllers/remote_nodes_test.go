@@ -329,3 +329,15 @@ func TestNodeEventsMapToLocalNodeTargetsOnly(t *testing.T) {
 	h.g.Expect(reqs).To(HaveLen(1))
 	h.g.Expect(reqs[0].Name).To(Equal("local"))
 }
+
+// The ClusterCache's connect/disconnect/probe events wake a Cluster's remote Node
+// LoadBalancers, not its Machine ones.
+func TestClusterCacheEventsMapToRemoteNodeTargetsOnly(t *testing.T) {
+	remote := nodeLB("c1", "ns")
+	remote.Name = "remote"
+	machines := newLB("machines") // cluster c1 too
+	h := newHarness(t, remote, machines)
+	reqs := h.r.clusterToRemoteNodeLoadBalancers(context.Background(), testCluster("c1"))
+	h.g.Expect(reqs).To(HaveLen(1))
+	h.g.Expect(reqs[0].Name).To(Equal("remote"))
+}

@@ -47,7 +47,7 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 	if r.ClusterCache != nil {
 		// Workload cluster connects, disconnects and failing health probes: a remote Node
 		// LoadBalancer's WorkloadClusterReachable follows them, and a reconnect re-adds its watch.
-		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource(name, r.clusterToLoadBalancers,
+		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource(name, r.clusterToRemoteNodeLoadBalancers,
 			clustercache.WatchForProbeFailure(workloadProbeFailureWindow)))
 	}
 	if r.NodeTargetsNamespace != "" {
@@ -206,6 +206,26 @@ func (r *LoadBalancerReconciler) clusterToLoadBalancers(ctx context.Context, o c
 	reqs := map[client.ObjectKey]bool{}
 	for i := range lbs.Items {
 		reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+	}
+	return toRequests(reqs)
+}
+
+// clusterToRemoteNodeLoadBalancers maps a Cluster's ClusterCache event (connect, disconnect,
+// failing probe) to its remote Node LoadBalancers, the only ones whose members depend on the
+// connection: Machine targets keep their own pace (a Cluster that never connects sends one event,
+// which at fleet scale would be one idle reconcile per LoadBalancer).
+func (r *LoadBalancerReconciler) clusterToRemoteNodeLoadBalancers(ctx context.Context, o client.Object) []reconcile.Request {
+	var lbs lbv1.LoadBalancerList
+	if err := r.Client.List(ctx, &lbs, client.InNamespace(o.GetNamespace()),
+		client.MatchingFields{indexLBClusterName: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing LoadBalancers of a Cluster")
+		return nil
+	}
+	reqs := map[client.ObjectKey]bool{}
+	for i := range lbs.Items {
+		if lbs.Items[i].Spec.RemoteNodes() {
+			reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+		}
 	}
 	return toRequests(reqs)
 }
