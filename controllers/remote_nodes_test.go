@@ -341,3 +341,29 @@ func TestClusterCacheEventsMapToRemoteNodeTargetsOnly(t *testing.T) {
 	h.g.Expect(reqs).To(HaveLen(1))
 	h.g.Expect(reqs[0].Name).To(Equal("remote"))
 }
+
+// Deleting a remote Node LoadBalancer whose workload cluster answers releases the workload
+// Nodes' annotations.
+func TestRemoteNodeTargetsDeleteReleasesWorkloadNodes(t *testing.T) {
+	lb := nodeLB("edge", "ns")
+	lb.Finalizers = []string{lbv1.LoadBalancerFinalizer}
+	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: "api.edge.example", Port: 6443}
+	lb.Spec.HealthCheck.Disabled = true
+	h := newHarness(t, lb, testCluster("edge"))
+	g := h.g
+	ctx := context.Background()
+	wl := workloadClient(t, testNode("n1", "10.0.0.1", true, true))
+	h.r.ClusterCache = &fakeClusterCache{c: wl}
+	h.reconcile("lb")
+	n := &corev1.Node{}
+	g.Expect(wl.Get(ctx, client.ObjectKey{Name: "n1"}, n)).To(Succeed())
+	g.Expect(n.Annotations).To(HaveKeyWithValue(lbv1.NameAnnotation, "ns/lb"))
+
+	g.Expect(h.c.Delete(ctx, h.lb("lb"))).To(Succeed())
+	h.reconcile("lb")
+	g.Expect(wl.Get(ctx, client.ObjectKey{Name: "n1"}, n)).To(Succeed())
+	g.Expect(n.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
+	g.Expect(n.Annotations).NotTo(HaveKey(lbv1.StatusAnnotation))
+	err := h.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "lb"}, &lbv1.LoadBalancer{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "finalizer removed: %v", err)
+}
