@@ -82,6 +82,9 @@ type LoadBalancerReconciler struct {
 	// pending holds, per LoadBalancer, the status last written until the cache shows it
 	// (see cacheBehind).
 	pending sync.Map
+	// ownNodeVerdicts remembers, per workload Node UID, whether it is a Node of the manager's own
+	// cluster (remote_fence.go). Losing it (a restart) costs one live read per workload Node.
+	ownNodeVerdicts sync.Map
 }
 
 // scope carries what one reconcile learned, between its phases.

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,7 +88,7 @@ func (r *LoadBalancerReconciler) remoteKindFor(ctx context.Context, lb *lbv1.Loa
 		// Only a manager with Node targets enabled may read (and so could be led to annotate) its
 		// own cluster's Nodes; without them a kubeconfig pointing back at the management cluster
 		// gets Forbidden for the manager's own identity.
-		k.own = r.Client
+		k.own = &ownNodeGuard{cache: r.Client, live: r.APIReader, verdicts: &r.ownNodeVerdicts}
 	}
 	return k, cond
 }
@@ -98,11 +97,9 @@ func (r *LoadBalancerReconciler) remoteKindFor(ctx context.Context, lb *lbv1.Loa
 // caplb index, so annotated scans the Nodes (a workload cluster's Nodes are in memory).
 type remoteNodeKind struct {
 	nodeKind
-	// own, when set, reads the manager's own cluster's Nodes: any of them seen through the
-	// workload client is hidden. A tenant's kubeconfig Secret could otherwise point back at the
-	// management cluster with credentials that reach the manager's own identity (a tokenFile of
-	// its ServiceAccount), and claim the Nodes the --node-targets-namespace fence protects.
-	own client.Reader
+	// own, when set (Node targets enabled), hides the manager's own cluster's Nodes seen through
+	// the workload client (remote_fence.go).
+	own *ownNodeGuard
 }
 
 func (k remoteNodeKind) candidates(ctx context.Context, lb *lbv1.LoadBalancer) ([]client.Object, error) {
@@ -142,29 +139,12 @@ func (k remoteNodeKind) get(ctx context.Context, lb *lbv1.LoadBalancer, name str
 	return o, nil
 }
 
-// hideOwn drops the objects that are Nodes of the manager's own cluster (same UID).
+// hideOwn drops the objects that are Nodes of the manager's own cluster (see ownNodeGuard).
 func (k remoteNodeKind) hideOwn(ctx context.Context, objs []client.Object) ([]client.Object, error) {
-	if k.own == nil || len(objs) == 0 {
+	if k.own == nil {
 		return objs, nil
 	}
-	var list corev1.NodeList
-	if err := k.own.List(ctx, &list); err != nil {
-		return nil, fmt.Errorf("listing the management cluster's own Nodes: %w", err)
-	}
-	own := make(map[types.UID]bool, len(list.Items))
-	for i := range list.Items {
-		own[list.Items[i].UID] = true
-	}
-	out := objs[:0:0]
-	for _, o := range objs {
-		if own[o.GetUID()] {
-			ctrl.LoggerFrom(ctx).Info("Hiding a Node of the management cluster seen through a workload cluster's kubeconfig",
-				"node", o.GetName())
-			continue
-		}
-		out = append(out, o)
-	}
-	return out, nil
+	return k.own.filter(ctx, objs)
 }
 
 // unreachableKind is the memberKind of a remote Node LoadBalancer whose workload cluster does not

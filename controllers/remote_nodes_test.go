@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,7 +198,9 @@ func TestRemoteNodeKindHidesManagementNodes(t *testing.T) {
 	mgmt.Annotations = map[string]string{lbv1.NameAnnotation: "ns/lb"}
 	lb := nodeLB("edge", "ns")
 
-	k := remoteNodeKind{nodeKind: nodeKind{c: workloadClient(t, wl1, mgmt.DeepCopy())}, own: workloadClient(t, mgmt.DeepCopy())}
+	own := workloadClient(t, mgmt.DeepCopy())
+	k := remoteNodeKind{nodeKind: nodeKind{c: workloadClient(t, wl1, mgmt.DeepCopy())},
+		own: &ownNodeGuard{cache: own, live: own, verdicts: &sync.Map{}}}
 	cands, err := k.candidates(ctx, lb)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(names(cands)).To(ConsistOf("wl-1"))
@@ -366,4 +369,40 @@ func TestRemoteNodeTargetsDeleteReleasesWorkloadNodes(t *testing.T) {
 	g.Expect(n.Annotations).NotTo(HaveKey(lbv1.StatusAnnotation))
 	err := h.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "lb"}, &lbv1.LoadBalancer{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "finalizer removed: %v", err)
+}
+
+// countingReader counts Gets.
+type countingReader struct {
+	client.Reader
+	gets int
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets++
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// The workload client's informer may see a new management Node before the manager's own cache
+// does: the guard then reads it live, by name, and compares UIDs; verdicts are remembered.
+func TestOwnNodeGuardBeatsCacheLag(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgmt := testNode("mgmt-new", "10.9.0.2", true, true)
+	mgmt.UID = "u-mgmt-new"
+	sameName := testNode("cp-0", "10.0.0.1", true, true) // a workload Node whose name the management cluster also uses
+	sameName.UID = "u-wl-cp-0"
+	mgmtCP0 := testNode("cp-0", "10.9.0.3", true, true)
+	mgmtCP0.UID = "u-mgmt-cp-0"
+	live := &countingReader{Reader: workloadClient(t, mgmt.DeepCopy(), mgmtCP0.DeepCopy())}
+	guard := ownNodeGuard{cache: workloadClient(t), live: live, verdicts: &sync.Map{}} // the cache lags: empty
+
+	kept, err := guard.filter(ctx, []client.Object{mgmt.DeepCopy(), sameName.DeepCopy()})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(kept)).To(ConsistOf("cp-0"), "the management Node is hidden, the workload Node of the same name kept")
+	g.Expect(live.gets).To(Equal(2))
+
+	kept, err = guard.filter(ctx, []client.Object{mgmt.DeepCopy(), sameName.DeepCopy()})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(kept)).To(ConsistOf("cp-0"))
+	g.Expect(live.gets).To(Equal(2), "verdicts are remembered")
 }
