@@ -105,7 +105,7 @@ func (r *LoadBalancerReconciler) patchMarks(ctx context.Context, lb *lbv1.LoadBa
 	if !want.apply(modified) {
 		return holds, nil
 	}
-	if err := r.Client.Patch(ctx, modified, client.MergeFrom(m.obj)); err != nil {
+	if err := k.patch(ctx, modified, client.MergeFrom(m.obj)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -130,6 +130,12 @@ func (r *LoadBalancerReconciler) releaseAll(ctx context.Context, s *scope) (int,
 		objs[o.GetName()] = o
 	}
 	live := machineKind{c: r.APIReader}
+	liveNodes := memberKind(nodeKind{c: r.APIReader})
+	if lb.Spec.RemoteNodes() {
+		// The workload cluster's Nodes: through the ClusterCache's client (its cache is as
+		// current as a workload cluster's view gets).
+		liveNodes = s.kind
+	}
 	if s.kind.hooks() && lb.Spec.ClusterName != "" {
 		var list clusterv1.MachineList
 		if err := r.APIReader.List(ctx, &list, client.InNamespace(lb.Namespace),
@@ -145,7 +151,7 @@ func (r *LoadBalancerReconciler) releaseAll(ctx context.Context, s *scope) (int,
 		if s.kind.hooks() {
 			o, err = live.get(ctx, lb, t.Name)
 		} else {
-			o, err = nodeKind{c: r.APIReader}.get(ctx, lb, t.Name)
+			o, err = liveNodes.get(ctx, lb, t.Name)
 		}
 		switch {
 		case apierrors.IsNotFound(err):
@@ -165,7 +171,7 @@ func (r *LoadBalancerReconciler) releaseAll(ctx context.Context, s *scope) (int,
 		if !want.apply(modified) {
 			continue
 		}
-		if err := r.Client.Patch(ctx, modified, client.MergeFrom(o)); err != nil && !apierrors.IsNotFound(err) {
+		if err := s.kind.patch(ctx, modified, client.MergeFrom(o)); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("releasing %s %s: %w", s.kind.kind(), f.name, err))
 			continue
 		}

@@ -18,7 +18,8 @@ const (
 	// indexLBClusterName indexes LoadBalancers by spec.clusterName: Machine and Cluster events
 	// map to LoadBalancers through it.
 	indexLBClusterName = "caplb.loadbalancer.spec.clusterName"
-	// indexLBTargetKind indexes LoadBalancers by spec.targetKind.kind: Node events map to the
+	// indexLBTargetKind indexes LoadBalancers by spec.targetKind.kind ("Node" for local Node
+	// targets only, remoteNodeIndexValue for remote ones): Node events map to the
 	// LoadBalancers that target Nodes through it.
 	indexLBTargetKind = "caplb.loadbalancer.spec.targetKind"
 	// indexMachineClusterName indexes Machines by spec.clusterName: a LoadBalancer lists its
@@ -29,6 +30,9 @@ const (
 	// that half-done states (a hook without the name annotation) are found too.
 	indexMemberOf = "caplb.memberOf"
 )
+
+// remoteNodeIndexValue is indexLBTargetKind's value for remote Node targets.
+const remoteNodeIndexValue = "Node/remote"
 
 func memberIndexName(owner string) string  { return "name:" + owner }
 func memberIndexHook(lbName string) string { return "hook:" + hookSuffix(lbName) }
@@ -68,8 +72,13 @@ func setupIndexes(ctx context.Context, fi client.FieldIndexer, nodeTargets bool)
 			return nil
 		}},
 		{&lbv1.LoadBalancer{}, indexLBTargetKind, func(o client.Object) []string {
-			if o.(*lbv1.LoadBalancer).Spec.TargetKind.IsNode() {
+			spec := &o.(*lbv1.LoadBalancer).Spec
+			switch {
+			case spec.LocalNodes():
 				return []string{lbv1.NodeKind}
+			case spec.RemoteNodes():
+				// A workload cluster's Nodes: the management cluster's Node events are not theirs.
+				return []string{remoteNodeIndexValue}
 			}
 			return []string{lbv1.MachineKind}
 		}},

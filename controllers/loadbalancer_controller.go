@@ -82,6 +82,9 @@ type LoadBalancerReconciler struct {
 	// pending holds, per LoadBalancer, the status last written until the cache shows it
 	// (see cacheBehind).
 	pending sync.Map
+	// ownNodeVerdicts remembers, per workload Node UID, whether it is a Node of the manager's own
+	// cluster (remote_fence.go). Losing it (a restart) costs one live read per workload Node.
+	ownNodeVerdicts sync.Map
 }
 
 // scope carries what one reconcile learned, between its phases.
@@ -95,9 +98,12 @@ type scope struct {
 	// notPublisher: an older LoadBalancer of the Cluster publishes its endpoint (publishToCluster).
 	notPublisher bool
 	kind         memberKind
-	paused       bool
-	backend      providers.Backend
-	invalid      field.ErrorList
+	// workload is the WorkloadClusterReachable condition of a remote Node LoadBalancer (nil for
+	// the other kinds); set on the LoadBalancer unless paused.
+	workload *metav1.Condition
+	paused   bool
+	backend  providers.Backend
+	invalid  field.ErrorList
 
 	// members is nil until gathered; status.targets is only rewritten when it is set.
 	members  []*member
@@ -160,7 +166,8 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(lb.Namespace, lb.Spec.ClusterName))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	s := &scope{lb: lb, kind: r.memberKindFor(lb)}
+	s := &scope{lb: lb}
+	s.kind = r.memberKindFor(ctx, s)
 	if lb.Spec.ClusterName != "" {
 		cluster := &clusterv1.Cluster{}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: lb.Spec.ClusterName}, cluster)
@@ -231,6 +238,9 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		return err
 	}
 	s.peers = peers
+	if s.workload != nil {
+		conditions.Set(s.lb, *s.workload)
+	}
 	s.invalid = append(nodeTargetErrors(s.lb, r.NodeTargetsNamespace), Validate(s.lb, r.Backends)...)
 	s.invalid = append(s.invalid, dataPlaneConflicts(s.lb, peers)...)
 	if len(s.invalid) > 0 {
@@ -244,6 +254,7 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	s.backend = b
 	s.lb.Status.Backend = b.Kind()
 	r.watchWorkloadNodes(ctx, s)
+	r.watchRemoteNodes(ctx, s)
 
 	var errs []error
 	if err := r.reconcileMembers(ctx, s); err != nil {

@@ -18,9 +18,20 @@ func (r *LoadBalancerReconciler) reconcileDelete(ctx context.Context, s *scope) 
 	if !controllerutil.ContainsFinalizer(lb, lbv1.LoadBalancerFinalizer) {
 		return nil
 	}
-	n, err := r.releaseAll(ctx, s)
-	if err != nil {
-		return err
+	n := 0
+	if uk, unreachable := s.kind.(unreachableKind); unreachable {
+		// Remote Nodes carry no deletion hook: nothing waits on them, so the LoadBalancer's
+		// deletion does not wait for a workload cluster that may never answer again (it is often
+		// deleted with it). The annotations left behind are inert: no LoadBalancer owns them.
+		r.event(lb, nil, true, lbv1.EventReleased, "Delete",
+			"the workload cluster is unreachable (%s): left the %s and %s annotations on its Nodes", uk.why,
+			lbv1.NameAnnotation, lbv1.StatusAnnotation)
+	} else {
+		released, err := r.releaseAll(ctx, s)
+		if err != nil {
+			return err
+		}
+		n = released
 	}
 	if b, err := r.Backends.Get(lb.Spec.Backend.Kind()); err == nil {
 		if err := b.Release(ctx, lb); err != nil {

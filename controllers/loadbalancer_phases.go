@@ -20,6 +20,9 @@ import (
 func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
 	lb := s.lb
+	if _, unreachable := s.kind.(unreachableKind); unreachable {
+		return r.reconcileUnreachable(ctx, s)
+	}
 	now := r.now()
 	members, err := gatherMembers(ctx, lb, s.kind, now)
 	if err != nil {
@@ -47,35 +50,7 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 		mid[m.name] = m.cur
 	}
 
-	es, err := s.backend.Ensure(ctx, lb, backendMembers(members))
-	s.ensured = true
-	known := err == nil && !es.RotationUnknown
-	if err != nil {
-		s.ensureErr = fmt.Errorf("backend %s: ensuring the endpoint: %w", s.backend.Kind(), err)
-		r.event(lb, nil, true, lbv1.EventBackendError, "Ensure", "%v", s.ensureErr)
-	} else {
-		s.endpoint = es
-		// Cleared when the backend does not know (better no owner shown than a stale one).
-		lb.Status.VIPOwner = es.VIPOwner
-		if es.Endpoint.Host != "" {
-			if es.Endpoint.Port == 0 {
-				es.Endpoint.Port = lb.Spec.EffectivePort()
-			}
-			// Quiesce below decides from the endpoint now published.
-			lb.Status.Endpoint = es.Endpoint
-			s.endpoint.Endpoint = es.Endpoint
-			// What clients verify: the host they dial. (kubeadm adds the Cluster's endpoint to
-			// the serving certificate itself; an additional endpoint must be added by the user.)
-			lb.Status.CertSANs = []string{es.Endpoint.Host}
-		}
-		s.requeueAfter(es.RequeueAfter)
-		for _, c := range es.Conditions {
-			conditions.Set(lb, c)
-		}
-		for _, e := range es.Events {
-			r.event(lb, nil, e.Warning, e.Reason, "Ensure", "%s", e.Message)
-		}
-	}
+	es, known := r.ensure(ctx, s, backendMembers(members))
 
 	timeout := lb.Spec.Quiesce.EffectiveTimeout()
 	batch := &eventBatch{}
@@ -115,6 +90,43 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 	}
 
 	return r.patchAllMarks(ctx, s, members)
+}
+
+// ensure asks the backend for the endpoint with these members and records its answer: the
+// endpoint in status (never cleared by a failure), the backend's conditions and events, its
+// requeue. known is false when the backend could not say which members are in rotation.
+func (r *LoadBalancerReconciler) ensure(ctx context.Context, s *scope, members []providers.Member) (providers.EndpointStatus, bool) {
+	lb := s.lb
+	es, err := s.backend.Ensure(ctx, lb, members)
+	s.ensured = true
+	known := err == nil && !es.RotationUnknown
+	if err != nil {
+		s.ensureErr = fmt.Errorf("backend %s: ensuring the endpoint: %w", s.backend.Kind(), err)
+		r.event(lb, nil, true, lbv1.EventBackendError, "Ensure", "%v", s.ensureErr)
+	} else {
+		s.endpoint = es
+		// Cleared when the backend does not know (better no owner shown than a stale one).
+		lb.Status.VIPOwner = es.VIPOwner
+		if es.Endpoint.Host != "" {
+			if es.Endpoint.Port == 0 {
+				es.Endpoint.Port = lb.Spec.EffectivePort()
+			}
+			// Quiesce below decides from the endpoint now published.
+			lb.Status.Endpoint = es.Endpoint
+			s.endpoint.Endpoint = es.Endpoint
+			// What clients verify: the host they dial. (kubeadm adds the Cluster's endpoint to
+			// the serving certificate itself; an additional endpoint must be added by the user.)
+			lb.Status.CertSANs = []string{es.Endpoint.Host}
+		}
+		s.requeueAfter(es.RequeueAfter)
+		for _, c := range es.Conditions {
+			conditions.Set(lb, c)
+		}
+		for _, e := range es.Events {
+			r.event(lb, nil, e.Warning, e.Reason, "Ensure", "%s", e.Message)
+		}
+	}
+	return es, known
 }
 
 // memberPatchParallelism bounds the member patches one reconcile issues at once. A control plane
@@ -168,11 +180,22 @@ func (r *LoadBalancerReconciler) memberEvents(s *scope, b *eventBatch, m *member
 			fmt.Sprintf("%s %s no longer matches the selector: removed its annotations and deletion hook", kind, m.name))
 		return
 	case intentDrop:
-		if m.prev.isMember() && m.prev.State != lbv1.TargetRemoved {
+		switch {
+		case !m.prev.isMember():
+		case m.prev.State == lbv1.TargetRemoved, m.prev.State == lbv1.TargetDisabled:
+			// Quiesced before it went (a disabled Node deleted by its lifecycle tool).
+			b.add(nil, false, lbv1.EventTargetRemoved, "Remove",
+				fmt.Sprintf("%s %s is gone; it had left rotation (%s) before", kind, m.name, m.prev.State))
+		case s.kind.hooks():
 			b.add(nil, true, lbv1.EventTargetGoneWithoutQuiesce, "Remove",
 				fmt.Sprintf("%s %s disappeared while %s, before it was quiesced: CAPI skips pre-drain hooks for a Machine "+
 					"without nodeRef, for the last control-plane Machine and while the Cluster or control plane is deleted",
 					kind, m.name, m.prev.State))
+		default:
+			b.add(nil, true, lbv1.EventTargetGoneWithoutQuiesce, "Remove",
+				fmt.Sprintf("%s %s was deleted while %s, before it was quiesced: Nodes have no deletion hook; annotate it "+
+					"%s (or, with spec.quiesce.whenCordoned, cordon it) and wait for its %s annotation to read disabled "+
+					"before deleting it", kind, m.name, m.prev.State, lbv1.DisabledAnnotation, lbv1.StatusAnnotation))
 		}
 		return
 	}
@@ -273,6 +296,10 @@ func (r *LoadBalancerReconciler) reconcileInvalid(ctx context.Context, s *scope)
 	}
 	conditions.Set(lb, metav1.Condition{Type: lbv1.ReadyCondition, Status: metav1.ConditionFalse,
 		Reason: lbv1.InvalidSpecReason, Message: msg})
+	if !s.kind.hooks() {
+		// Only hooks must be released while the spec is invalid; Nodes have none.
+		return nil
+	}
 
 	objs, err := s.kind.annotated(ctx, lb)
 	if err != nil {

@@ -62,13 +62,18 @@ type memberKind interface {
 	hooks() bool
 	// kind is "Machine" or "Node", for messages.
 	kind() string
+	// patch writes a change of a member's annotations to the cluster the member lives in (the
+	// management cluster, or a workload cluster for remote Nodes).
+	patch(ctx context.Context, obj client.Object, p client.Patch) error
 }
 
-func kindFor(lb *lbv1.LoadBalancer, c client.Reader) memberKind {
+// kindFor returns the memberKind of Machine and local Node targets; c reads from the manager's
+// cache and writes to its API server. Remote Node targets are built by remoteKindFor.
+func kindFor(lb *lbv1.LoadBalancer, c client.Client) memberKind {
 	if lb.Spec.TargetKind.IsNode() {
-		return nodeKind{c: c}
+		return nodeKind{c: c, w: c}
 	}
-	return machineKind{c: c}
+	return machineKind{c: c, w: c}
 }
 
 // ownerValue is the value of the name annotation this LoadBalancer writes. Machines share the
@@ -161,10 +166,16 @@ func commonFacts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 }
 
 // machineKind: CAPI Machines of spec.clusterName in the LoadBalancer's namespace.
-type machineKind struct{ c client.Reader }
+type machineKind struct {
+	c client.Reader
+	w client.Writer
+}
 
 func (k machineKind) kind() string { return lbv1.MachineKind }
 func (k machineKind) hooks() bool  { return true }
+func (k machineKind) patch(ctx context.Context, obj client.Object, p client.Patch) error {
+	return k.w.Patch(ctx, obj, p)
+}
 
 func (k machineKind) candidates(ctx context.Context, lb *lbv1.LoadBalancer) ([]client.Object, error) {
 	var list clusterv1.MachineList
@@ -209,11 +220,18 @@ func (k machineKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 	return f
 }
 
-// nodeKind: Nodes, cluster-scoped, for a manager running inside the cluster it balances.
-type nodeKind struct{ c client.Reader }
+// nodeKind: Nodes, cluster-scoped: of the cluster the manager runs in (c is the manager's
+// client), or of a workload cluster (remoteNodeKind wraps it with the ClusterCache's client).
+type nodeKind struct {
+	c client.Reader
+	w client.Writer
+}
 
 func (k nodeKind) kind() string { return lbv1.NodeKind }
 func (k nodeKind) hooks() bool  { return false }
+func (k nodeKind) patch(ctx context.Context, obj client.Object, p client.Patch) error {
+	return k.w.Patch(ctx, obj, p)
+}
 
 func (k nodeKind) candidates(ctx context.Context, lb *lbv1.LoadBalancer) ([]client.Object, error) {
 	sel, err := memberSelector(lb)
@@ -244,6 +262,9 @@ func (k nodeKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts {
 	n := obj.(*corev1.Node)
 	f := commonFacts(lb, obj)
 	f.nodeName = n.Name
+	// Opt-in: a cordon (kubectl drain's first step, and the first step of most tools that remove
+	// a node) takes the Node out like the disabled annotation.
+	f.disabled = f.disabled || (lb.Spec.Quiesce.WhenCordoned && n.Spec.Unschedulable)
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			f.ready = c.Status == corev1.ConditionTrue

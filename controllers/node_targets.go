@@ -21,8 +21,13 @@ import (
 
 // nodeTargetErrors returns why lb may not target Nodes on this manager, nil when it may (or does
 // not target Nodes). allowedNS is the manager's --node-targets-namespace ("" = disabled).
+//
+// Remote Node targets (spec.clusterName set) are not fenced: their Nodes are a workload
+// cluster's, reached with the credentials of the Cluster's kubeconfig Secret that the tenant
+// supplied, never with the manager's own rights. remoteNodeKind hides any Node of the
+// manager's own cluster that such a kubeconfig might reach anyway (remote_nodes.go).
 func nodeTargetErrors(lb *lbv1.LoadBalancer, allowedNS string) field.ErrorList {
-	if !lb.Spec.TargetKind.IsNode() {
+	if !lb.Spec.LocalNodes() {
 		return nil
 	}
 	p := field.NewPath("spec", "targetKind")
@@ -38,8 +43,16 @@ func nodeTargetErrors(lb *lbv1.LoadBalancer, allowedNS string) field.ErrorList {
 }
 
 // memberKindFor picks how lb's members are read; a LoadBalancer outside the Node-target fence gets
-// a kind that sees no Node at all, so that nothing is read, annotated or claimed for it.
-func (r *LoadBalancerReconciler) memberKindFor(lb *lbv1.LoadBalancer) memberKind {
+// a kind that sees no Node at all, so that nothing is read, annotated or claimed for it. Remote
+// Node targets go through the workload cluster's ClusterCache client; their reachability is
+// recorded in s.workload.
+func (r *LoadBalancerReconciler) memberKindFor(ctx context.Context, s *scope) memberKind {
+	lb := s.lb
+	if lb.Spec.RemoteNodes() {
+		k, cond := r.remoteKindFor(ctx, lb)
+		s.workload = &cond
+		return k
+	}
 	if len(nodeTargetErrors(lb, r.NodeTargetsNamespace)) > 0 {
 		return fencedKind{}
 	}
@@ -62,5 +75,8 @@ func (fencedKind) get(_ context.Context, _ *lbv1.LoadBalancer, name string) (cli
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, name)
 }
 func (fencedKind) facts(lb *lbv1.LoadBalancer, obj client.Object) facts { return commonFacts(lb, obj) }
+func (fencedKind) patch(context.Context, client.Object, client.Patch) error {
+	return fmt.Errorf("node targets are fenced on this manager: nothing may be written")
+}
 
 var _ memberKind = fencedKind{}

@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
 
@@ -40,6 +43,12 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 	if r.probeEvents != nil {
 		// Endpoint health changes found by the static backend's own probes.
 		b = b.WatchesRawSource(source.Channel(r.probeEvents, &handler.EnqueueRequestForObject{}))
+	}
+	if r.ClusterCache != nil {
+		// Workload cluster connects, disconnects and failing health probes: a remote Node
+		// LoadBalancer's WorkloadClusterReachable follows them, and a reconnect re-adds its watch.
+		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource(name, r.clusterToRemoteNodeLoadBalancers,
+			clustercache.WatchForProbeFailure(workloadProbeFailureWindow)))
 	}
 	if r.NodeTargetsNamespace != "" {
 		// Only with Node targets enabled: otherwise the manager needs no access to Nodes at all.
@@ -74,6 +83,8 @@ type memberView struct {
 	Addresses           map[string]string
 	ClusterName         string
 	NodeName            string
+	// Unschedulable is a Node's cordon (spec.quiesce.whenCordoned).
+	Unschedulable bool
 }
 
 func machineView(o client.Object) memberView {
@@ -96,7 +107,12 @@ func nodeView(o client.Object) memberView {
 		return memberView{}
 	}
 	v := memberView{Labels: n.Labels, Annotations: n.Annotations, Deleting: !n.DeletionTimestamp.IsZero(),
-		Addresses: map[string]string{}}
+		Addresses: map[string]string{}, Unschedulable: n.Spec.Unschedulable}
+	if _, ok := n.Annotations[agentv1.AgentStatusAnnotation]; ok {
+		// The agents refresh their report's timestamp periodically: only its content matters.
+		v.Annotations = maps.Clone(n.Annotations)
+		v.Annotations[agentv1.AgentStatusAnnotation] = agentAnnotations(n)
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			v.Ready = c.Status == corev1.ConditionTrue
@@ -190,6 +206,26 @@ func (r *LoadBalancerReconciler) clusterToLoadBalancers(ctx context.Context, o c
 	reqs := map[client.ObjectKey]bool{}
 	for i := range lbs.Items {
 		reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+	}
+	return toRequests(reqs)
+}
+
+// clusterToRemoteNodeLoadBalancers maps a Cluster's ClusterCache event (connect, disconnect,
+// failing probe) to its remote Node LoadBalancers, the only ones whose members depend on the
+// connection: Machine targets keep their own pace (a Cluster that never connects sends one event,
+// which at fleet scale would be one idle reconcile per LoadBalancer).
+func (r *LoadBalancerReconciler) clusterToRemoteNodeLoadBalancers(ctx context.Context, o client.Object) []reconcile.Request {
+	var lbs lbv1.LoadBalancerList
+	if err := r.Client.List(ctx, &lbs, client.InNamespace(o.GetNamespace()),
+		client.MatchingFields{indexLBClusterName: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing LoadBalancers of a Cluster")
+		return nil
+	}
+	reqs := map[client.ObjectKey]bool{}
+	for i := range lbs.Items {
+		if lbs.Items[i].Spec.RemoteNodes() {
+			reqs[client.ObjectKeyFromObject(&lbs.Items[i])] = true
+		}
 	}
 	return toRequests(reqs)
 }

@@ -19,6 +19,16 @@ const (
 	// PausedCondition is True while reconciliation is paused by Cluster.spec.paused or the
 	// cluster.x-k8s.io/paused annotation on the LoadBalancer.
 	PausedCondition = "Paused"
+
+	// WorkloadClusterReachableCondition is set only for remote Node targets (targetKind Node with
+	// spec.clusterName): True while the manager reaches the workload cluster's API server through
+	// CAPI's ClusterCache (the <clusterName>-kubeconfig Secret) and its health probe passes. False
+	// while it does not: then nothing changes — status.targets keeps the last known members, the
+	// Nodes keep their annotations, the agents keep the membership they run and the endpoint stays
+	// published. It does not make Ready False by itself (the data plane does not depend on the
+	// manager's view); Ready follows what the backend can still verify: the arp and bgp backends
+	// cannot read the agents' reports and say so in EndpointAvailable, as for Machine targets.
+	WorkloadClusterReachableCondition = "WorkloadClusterReachable"
 )
 
 // Condition reasons. A reason is CamelCase and says why a condition has its status.
@@ -70,6 +80,15 @@ const (
 
 	// DeletingReason: the LoadBalancer is being deleted and is releasing its members.
 	DeletingReason = "Deleting"
+
+	// WorkloadClusterReachableReason: the workload cluster's API server answers the ClusterCache's
+	// health probe.
+	WorkloadClusterReachableReason = "WorkloadClusterReachable"
+	// WorkloadClusterUnreachableReason: the ClusterCache has no connection to the workload cluster
+	// (no kubeconfig Secret yet, the Cluster's infrastructure not provisioned, the API server
+	// down or refusing the credentials), or its health probe fails. The message says which and
+	// since when the last probe passed.
+	WorkloadClusterUnreachableReason = "WorkloadClusterUnreachable"
 )
 
 // Conditions and reasons of the VIP backends (arp, bgp).

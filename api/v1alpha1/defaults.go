@@ -42,6 +42,19 @@ const (
 // IsNode reports whether the members are Nodes. An empty kind means Machine (the default).
 func (k TargetKind) IsNode() bool { return k.Kind == NodeKind }
 
+// RemoteNodes reports whether the members are the Nodes of spec.clusterName's workload cluster,
+// read through its <cluster>-kubeconfig Secret, rather than the Nodes of the cluster the manager
+// runs in. The rule is the spec alone — targetKind Node with a clusterName — so that it is known
+// at admission and never flips while the LoadBalancer lives (clusterName and targetKind are
+// immutable): a Secret that appears or disappears must not move the members from one cluster's
+// Nodes to another's. For Machine targets clusterName names the cluster the members belong to;
+// for Node targets it does the same.
+func (s *LoadBalancerSpec) RemoteNodes() bool { return s.TargetKind.IsNode() && s.ClusterName != "" }
+
+// LocalNodes reports whether the members are Nodes of the cluster the manager runs in (Node
+// targets without clusterName): the case fenced by the manager's --node-targets-namespace.
+func (s *LoadBalancerSpec) LocalNodes() bool { return s.TargetKind.IsNode() && s.ClusterName == "" }
+
 // EffectiveTargetPort returns spec.targetPort or its default.
 func (s *LoadBalancerSpec) EffectiveTargetPort() int32 {
 	if s.TargetPort != 0 {

@@ -19,6 +19,7 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.arp) || (has(self.backend.arp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.arp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.arp.addressFrom.poolRef to an IPAM pool (not both)"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.bgp) || (has(self.backend.bgp.addressFrom) != (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0))",message="spec.backend.bgp needs exactly one VIP source: set spec.endpoint.host to an IP address, or spec.backend.bgp.addressFrom.poolRef to an IPAM pool (not both)"
 // +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || isIP(self.endpoint.host)",message="spec.endpoint.host must be an IP address for the arp and bgp backends (it is the VIP); use spec.backend.static for a DNS name"
+// +kubebuilder:validation:XValidation:rule="!has(self.quiesce) || !has(self.quiesce.whenCordoned) || !self.quiesce.whenCordoned || self.targetKind.kind == 'Node'",message="spec.quiesce.whenCordoned applies to Node targets only (spec.targetKind.kind Node): Machines leave through CAPI's deletion hooks"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required with spec.backend.wireguard: the join token, bootstrap and gateway Secrets and the health checks' CA belong to a Cluster"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || size(self.backend.wireguard.gateways) < 2 || (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0)",message="spec.endpoint.host is required with more than one gateway: a DNS name with one record per gateway (or an address held across the gateway hosts), so that clients fail over between them"
 // +kubebuilder:validation:XValidation:rule="(has(self.quiesce.drainPeriod) && !self.quiesce.drainPeriod.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s'))",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
@@ -26,7 +27,10 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
-	// spec.controlPlaneEndpoint if that is empty.
+	// spec.controlPlaneEndpoint if that is empty. With Node targets it makes them remote: the
+	// members are that workload cluster's Nodes, read and annotated through the Cluster's
+	// <clusterName>-kubeconfig Secret (an externally managed cluster with no Machines works);
+	// without it they are the Nodes of the cluster the manager runs in.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="spec.clusterName must be a Cluster name: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters"
@@ -40,8 +44,10 @@ type LoadBalancerSpec struct {
 	// +optional
 	PublishClusterEndpoint *bool `json:"publishClusterEndpoint,omitempty"`
 
-	// targetKind is the kind of member object: CAPI Machines (the default) or Nodes, for
-	// standalone use inside the cluster being balanced.
+	// targetKind is the kind of member object: CAPI Machines (the default) or Nodes: the Nodes of
+	// spec.clusterName's workload cluster when clusterName is set (clusters CAPI does not
+	// provision, reached through their kubeconfig Secret), else the Nodes of the cluster the
+	// manager runs in (standalone use inside the cluster being balanced).
 	// +optional
 	// +kubebuilder:default={apiGroup: "cluster.x-k8s.io", kind: "Machine"}
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetKind is immutable: create a new LoadBalancer for the other kind of member"
@@ -236,6 +242,18 @@ type Quiesce struct {
 	// for static.
 	// +optional
 	PreTerminateHook *bool `json:"preTerminateHook,omitempty"`
+
+	// whenCordoned, for Node targets, takes a cordoned Node (spec.unschedulable, set by
+	// `kubectl cordon` and `kubectl drain`) out of rotation as the disabled annotation does:
+	// disabling, then disabled once the backend confirms; uncordoning puts it back. Nodes have no
+	// CAPI deletion hook, and the tools that remove a node (kubectl drain, Rancher, k0smotron, an
+	// externally managed cluster's own lifecycle tool) cordon it first: with this on, the node
+	// leaves the load balancer before it goes, without the tool knowing caplb. The tool should
+	// wait for the Node's loadbalancer.cluster.x-k8s.io/status annotation to read "disabled"
+	// before it deletes the Node. Opt-in (default false), because a cordon also means "no new
+	// pods" for reasons that have nothing to do with the API server.
+	// +optional
+	WhenCordoned bool `json:"whenCordoned,omitempty"`
 }
 
 // EffectivePreTerminateHook reports whether member Machines carry caplb's pre-terminate hook.

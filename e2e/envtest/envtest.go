@@ -39,6 +39,12 @@ type Options struct {
 	// WithoutCAPLBCRDs leaves caplb's own CRDs out, for a test that installs them itself (the
 	// install test applies the released components).
 	WithoutCAPLBCRDs bool
+	// StopTimeout bounds how long Stop waits for each process after SIGTERM before it kills it
+	// (controller-runtime's default: 20s).
+	StopTimeout time.Duration
+	// WithoutCRDs installs no CRD at all: an API server playing a workload cluster, which has
+	// neither CAPI's kinds nor caplb's.
+	WithoutCRDs bool
 }
 
 // Env is a running control plane. Call Stop when done, or the kube-apiserver
@@ -67,6 +73,9 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.WithoutCRDs {
+		crdPaths = nil
+	}
 	timeout := opts.StartTimeout
 	if timeout == 0 {
 		timeout = DefaultStartTimeout
@@ -80,6 +89,7 @@ func Start(opts Options) (*Env, error) {
 		// for kind" error.
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: timeout,
+		ControlPlaneStopTimeout:  opts.StopTimeout,
 		AttachControlPlaneOutput: opts.AttachOutput,
 	}
 	cfg, err := te.Start()

@@ -23,6 +23,11 @@ type ClusterOptions struct {
 	Paused bool
 	// Labels are set on the Cluster (e.g. for a LoadBalancerClass's clusterSelector).
 	Labels map[string]string
+	// ExternallyManaged gives the Cluster a TestCluster infrastructure carrying
+	// cluster.x-k8s.io/managed-by, which nothing reconciles: CAPI waits until the test marks
+	// it provisioned (testinfra.SetProvisioned). No kubeconfig Secret is created: the external
+	// tool supplies it (Workload.CreateKubeconfigSecret).
+	ExternallyManaged bool
 }
 
 // CreateCluster creates a Cluster with no infrastructureRef (so CAPI marks its infrastructure
@@ -43,8 +48,19 @@ func (e *Env) CreateCluster(ctx context.Context, namespace, name string, o Clust
 	if o.Paused {
 		c.Spec.Paused = ptr.To(true)
 	}
+	if o.ExternallyManaged {
+		if err := e.Client.Create(ctx, testinfra.NewExternallyManagedCluster(namespace, name, "caplb-test")); err != nil {
+			return nil, fmt.Errorf("creating TestCluster %s/%s: %w", namespace, name, err)
+		}
+		c.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{
+			APIGroup: testinfra.Group, Kind: testinfra.ClusterKind, Name: name,
+		}
+	}
 	if err := e.Client.Create(ctx, c); err != nil {
 		return nil, fmt.Errorf("creating Cluster %s/%s: %w", namespace, name, err)
+	}
+	if o.ExternallyManaged {
+		return c, nil
 	}
 	if err := e.CreateKubeconfigSecret(ctx, c); err != nil {
 		return nil, err

@@ -4,10 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/caplb/caplb/config/rbac"
 )
@@ -55,4 +64,49 @@ func ImpersonateServiceAccount(cfg *rest.Config, sa string) *rest.Config {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 	}
 	return c
+}
+
+// ManagerTokenFileKubeconfig writes a token of the manager's ServiceAccount into dir and returns a
+// kubeconfig for the test API server that reads it through tokenFile, as a kubeconfig could name
+// the token a pod mounts (/var/run/secrets/kubernetes.io/serviceaccount/token): what a tenant
+// could put in a <cluster>-kubeconfig Secret to borrow the manager's identity.
+func (e *Env) ManagerTokenFileKubeconfig(ctx context.Context, dir string) ([]byte, error) {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(rbac.Namespace).CreateToken(ctx, rbac.ServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("issuing a token for %s: %w", ShippedServiceAccount, err)
+	}
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte(tr.Status.Token), 0o600); err != nil {
+		return nil, err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["mgmt"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	kc.AuthInfos["mgmt"] = &clientcmdapi.AuthInfo{TokenFile: path}
+	kc.Contexts["mgmt"] = &clientcmdapi.Context{Cluster: "mgmt", AuthInfo: "mgmt"}
+	kc.CurrentContext = "mgmt"
+	return clientcmd.Write(*kc)
+}
+
+// GrantRootPath lets every authenticated user GET the non-resource path "/" (some clusters
+// allow it), under a name of its own so that parallel tests do not collide. The grant stays: the
+// suite's API server is thrown away after the run.
+func (e *Env) GrantRootPath(ctx context.Context, name string) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "root-path-" + name},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/"}, Verbs: []string{"get"}}}}
+	if err := e.Client.Create(ctx, role); err != nil {
+		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}}
+	if err := e.Client.Create(ctx, b); err != nil {
+		return fmt.Errorf("creating ClusterRoleBinding %s: %w", b.Name, err)
+	}
+	return nil
 }

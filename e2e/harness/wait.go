@@ -217,13 +217,18 @@ func (e *Env) WaitEvent(ctx context.Context, namespace, kind, name, typ, reason 
 // Annotate sets (value non-nil) or removes (nil) one annotation with a merge patch, which
 // leaves every other annotation alone, as `kubectl annotate` does.
 func (e *Env) Annotate(ctx context.Context, obj client.Object, key string, value *string) error {
+	return AnnotateWith(ctx, e.Client, obj, key, value)
+}
+
+// AnnotateWith is Annotate through another cluster's client (a workload cluster's).
+func AnnotateWith(ctx context.Context, c client.Client, obj client.Object, key string, value *string) error {
 	var patch []byte
 	if value == nil {
 		patch = fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null}}}`, key)
 	} else {
 		patch = fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, *value)
 	}
-	if err := e.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("annotating %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil

@@ -74,6 +74,9 @@ func testAdmission(t *testing.T, s *suite) {
 		{"unknown target kind", func(s map[string]any) {
 			s["targetKind"] = map[string]any{"apiGroup": "apps", "kind": "Deployment"}
 		}, []string{"spec.targetKind"}},
+		{"whenCordoned with Machine targets", func(s map[string]any) {
+			s["quiesce"] = map[string]any{"whenCordoned": true}
+		}, []string{"spec.quiesce.whenCordoned", "Node targets only"}},
 		{"drain longer than timeout", func(s map[string]any) {
 			s["quiesce"] = map[string]any{"drainPeriod": "5m", "timeout": "1m"}
 		}, []string{"spec.quiesce", "drainPeriod"}},

@@ -76,6 +76,8 @@ func TestIntegration(t *testing.T) {
 			{"SamplesValid", testSamplesValid},
 			{"NodeTargets", testNodeTargets},
 			{"NodeTargetsFenced", testNodeTargetsFenced},
+			{"RemoteNodeTargets", testRemoteNodeTargets},
+			{"RemoteNodeTargetsFenced", testRemoteNodeTargetsFenced},
 			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},

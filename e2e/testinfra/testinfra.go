@@ -13,6 +13,7 @@
 package testinfra
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/caplb/caplb/e2e/envtest"
 )
@@ -32,12 +34,50 @@ const (
 	Version = "v1alpha1"
 	// MachineKind is the infrastructure-machine kind.
 	MachineKind = "TestMachine"
+	// ClusterKind is the infrastructure-cluster kind of externally managed test clusters: no
+	// reconciler serves it (see NewExternallyManagedCluster).
+	ClusterKind = "TestCluster"
 	// ProviderIDPrefix starts every providerID the test provider assigns.
 	ProviderIDPrefix = "caplb-test://"
 )
 
 // MachineGVK is the GroupVersionKind of TestMachine.
 var MachineGVK = schema.GroupVersionKind{Group: Group, Version: Version, Kind: MachineKind}
+
+// ClusterGVK is the GroupVersionKind of TestCluster.
+var ClusterGVK = schema.GroupVersionKind{Group: Group, Version: Version, Kind: ClusterKind}
+
+// NewExternallyManagedCluster returns a TestCluster carrying CAPI's
+// cluster.x-k8s.io/managed-by annotation: infrastructure that some other tool built and
+// maintains. CAPI waits for its status.initialization.provisioned, which that tool (the test)
+// sets with SetProvisioned.
+func NewExternallyManagedCluster(namespace, name, managedBy string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(ClusterGVK)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetAnnotations(map[string]string{clusterv1.ManagedByAnnotation: managedBy})
+	u.Object["spec"] = map[string]any{}
+	return u
+}
+
+// SetProvisioned sets a TestCluster's status.initialization.provisioned, as the tool that
+// manages it would once its infrastructure is up.
+func SetProvisioned(ctx context.Context, c client.Client, namespace, name string) error {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(ClusterGVK)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+		return fmt.Errorf("reading TestCluster %s/%s: %w", namespace, name, err)
+	}
+	base := u.DeepCopy()
+	if err := unstructured.SetNestedField(u.Object, true, "status", "initialization", "provisioned"); err != nil {
+		return err
+	}
+	if err := c.Status().Patch(ctx, u, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("marking TestCluster %s/%s provisioned: %w", namespace, name, err)
+	}
+	return nil
+}
 
 // CRDDir returns the directory holding the TestMachine CRD, for envtest.Options.ExtraCRDPaths.
 func CRDDir() (string, error) {

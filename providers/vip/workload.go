@@ -20,9 +20,10 @@ type WorkloadClients interface {
 }
 
 // workload returns the client of the cluster whose Nodes run lb's agents: the workload cluster
-// of spec.clusterName, or the manager's own cluster for Node members.
+// of spec.clusterName (Machine members and remote Node members), or the manager's own cluster
+// for local Node members.
 func (b *Backend) workload(ctx context.Context, lb *lbv1.LoadBalancer) (client.Client, error) {
-	if lb.Spec.TargetKind.IsNode() {
+	if lb.Spec.LocalNodes() {
 		return b.opts.Client, nil
 	}
 	if b.opts.Workload == nil {
