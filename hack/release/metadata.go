@@ -58,8 +58,12 @@ func Metadata(o Options) ([]byte, error) {
 	return data, nil
 }
 
+// WorkloadRBACFile is the release asset users apply in a workload cluster whose Nodes a
+// LoadBalancer targets remotely (config/workload/rbac.yaml, as it is).
+const WorkloadRBACFile = "workload-rbac.yaml"
+
 // Write renders the release into dir: addon-components.yaml, metadata.yaml, the agent
-// manifests and the clusterctl templates (templates/cluster-template-*.yaml and
+// manifests, the workload-cluster RBAC of remote Node targets and the clusterctl templates (templates/cluster-template-*.yaml and
 // clusterclass-*.yaml, copied as they are: clusterctl substitutes their variables). It returns
 // the paths written.
 func Write(o Options, dir string) ([]string, error) {
@@ -78,6 +82,9 @@ func Write(o Options, dir string) ([]string, error) {
 	files := map[string][]byte{ComponentsFile: comps, MetadataFile: md}
 	for k, v := range agent {
 		files[k] = v
+	}
+	if files[WorkloadRBACFile], err = os.ReadFile(filepath.Join(o.Root, "config", "workload", "rbac.yaml")); err != nil {
+		return nil, err
 	}
 	tmpl, err := Templates(o.Root)
 	if err != nil {

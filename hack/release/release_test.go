@@ -263,3 +263,17 @@ func TestWriteIncludesTemplates(t *testing.T) {
 		g.Expect(got).To(Equal(want))
 	}
 }
+
+// The release carries the RBAC a workload cluster of remote Node targets needs, byte for byte.
+func TestWriteIncludesWorkloadRBAC(t *testing.T) {
+	g := NewWithT(t)
+	o := testOptions(t)
+	dir := t.TempDir()
+	_, err := Write(o, dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := os.ReadFile(filepath.Join(dir, WorkloadRBACFile))
+	g.Expect(err).NotTo(HaveOccurred())
+	want, err := os.ReadFile(filepath.Join(o.Root, "config", "workload", "rbac.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(want))
+}
