@@ -4,6 +4,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -42,7 +43,8 @@ func TestMain(m *testing.M) {
 // checks that at the moment it sees the release), and nothing left behind.
 func runLifecycle(t *testing.T, backend Backend, name string) {
 	lab.SkipUnlessRoot(t)
-	g := NewWithT(t)
+	rt := &recordingT{T: t}
+	g := NewWithT(rt)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	l, err := Start(ctx, Options{Backend: backend, Binaries: bins, Name: name})
@@ -50,6 +52,8 @@ func runLifecycle(t *testing.T, backend Backend, name string) {
 	defer func() {
 		if t.Failed() {
 			t.Log(l.LogTail(40))
+			// Last, so that a report showing only the output's tail still names what failed.
+			t.Logf("%s failed: %q", t.Name(), rt.failures)
 		}
 		if err := l.Close(); err != nil {
 			t.Errorf("closing the lab: %v", err)
@@ -82,6 +86,18 @@ func runLifecycle(t *testing.T, backend Backend, name string) {
 		g.Expect(*r.HolderLessMSMax).To(BeZero(), "the VIP always had a holder")
 		g.Expect(*r.DualOwnerMSMax).To(BeNumerically("<", 4000), "two holders only within a hand-over's drain")
 	}
+}
+
+// recordingT keeps the failures gomega reports, to repeat them after the logs.
+type recordingT struct {
+	*testing.T
+	failures []string
+}
+
+func (r *recordingT) Fatalf(format string, args ...any) {
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+	r.T.Helper()
+	r.T.Fatalf(format, args...)
 }
 
 type writerFunc func([]byte) (int, error)
