@@ -169,9 +169,9 @@ func quiesceFromNode(node *corev1.Node) string {
 		}
 		return "disabled annotation: " + v
 	}
-	if _, ok := node.Labels[agentv1.ExcludeFromExternalLBLabel]; ok {
-		return "label " + agentv1.ExcludeFromExternalLBLabel
-	}
+	// Not ExcludeFromExternalLBLabel: kubeadm's mark-control-plane puts it on every
+	// control-plane Node (it keeps Service load balancers off them), so honouring it quiesced
+	// every member of a real kubeadm control plane.
 	return ""
 }
 

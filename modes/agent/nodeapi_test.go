@@ -29,8 +29,9 @@ import (
 // permissions are get/list/watch/patch on its own Node (RBAC resourceNames;
 // envtest has no Node authorizer). The kubeconfig appears only after the
 // agent started (kubeadm writes kubelet.conf late). The agent takes the
-// membership from the annotation, honours the disabled annotation and the
-// exclude-from-external-load-balancers label, and reports on its Node.
+// membership from the annotation, honours the disabled and quiesce
+// annotations (not the exclude-from-external-load-balancers label, which
+// kubeadm puts on every control-plane Node), and reports on its Node.
 func TestNodeAPI(t *testing.T) {
 	g := NewWithT(t)
 	crlog.SetLogger(logr.Discard())
@@ -127,8 +128,6 @@ func TestNodeAPI(t *testing.T) {
 			`{"metadata":{"annotations":{"` + agentv1.DisabledAnnotation + `":null}}}`, "disabled annotation: maintenance"},
 		{"quiesce annotation", `{"metadata":{"annotations":{"` + agentv1.QuiesceAnnotation + `":"removing"}}}`,
 			`{"metadata":{"annotations":{"` + agentv1.QuiesceAnnotation + `":null}}}`, "quiesce annotation: removing"},
-		{"exclude label", `{"metadata":{"labels":{"` + agentv1.ExcludeFromExternalLBLabel + `":""}}}`,
-			`{"metadata":{"labels":{"` + agentv1.ExcludeFromExternalLBLabel + `":null}}}`, agentv1.ExcludeFromExternalLBLabel},
 	} {
 		annotate(tc.on)
 		g.Eventually(func(g Gomega) {
@@ -144,9 +143,46 @@ func TestNodeAPI(t *testing.T) {
 			g.Expect(r.Eligible).To(BeTrue())
 		}, 10*time.Second, 100*time.Millisecond).Should(Succeed(), tc.name+" removed")
 	}
+
+	// kubeadm's mark-control-plane labels every control-plane Node so: the member stays in.
+	annotate(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":"","` + agentv1.ExcludeFromExternalLBLabel + `":""}}}`)
+	g.Eventually(func(g Gomega) {
+		n, err := admin.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.Labels).To(HaveKey(agentv1.ExcludeFromExternalLBLabel))
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		r := report(g)
+		g.Expect(r.Quiesced).To(BeFalse(), "kubeadm's exclude label does not quiesce")
+		g.Expect(r.Eligible).To(BeTrue())
+	}, 2*time.Second, 100*time.Millisecond).Should(Succeed())
 }
 
 func quoteJSON(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestQuiesceFromNode: what on its Node asks an agent to stay out. A Node as kubeadm's
+// mark-control-plane leaves it (role label, exclude-from-external-load-balancers label, taint)
+// asks nothing: honouring that label quiesced every member of a real kubeadm control plane.
+func TestQuiesceFromNode(t *testing.T) {
+	kubeadmLabels := map[string]string{"node-role.kubernetes.io/control-plane": "", agentv1.ExcludeFromExternalLBLabel: ""}
+	for _, tc := range []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		want        string
+	}{
+		{name: "plain Node", want: ""},
+		{name: "kubeadm control-plane Node", labels: kubeadmLabels, want: ""},
+		{name: "disabled", labels: kubeadmLabels, annotations: map[string]string{agentv1.DisabledAnnotation: "maintenance"}, want: "disabled annotation: maintenance"},
+		{name: "disabled without a value", annotations: map[string]string{agentv1.DisabledAnnotation: ""}, want: "disabled annotation: set"},
+		{name: "quiesce wins over disabled", annotations: map[string]string{agentv1.QuiesceAnnotation: "removing", agentv1.DisabledAnnotation: "x"}, want: "quiesce annotation: removing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Labels: tc.labels, Annotations: tc.annotations}}
+			NewWithT(t).Expect(quiesceFromNode(n)).To(Equal(tc.want))
+		})
+	}
 }

@@ -46,8 +46,8 @@ type AgentConfiguration struct {
 	// default) or managed by the caplb manager (dynamic, versioned).
 	Membership MembershipConfig `json:"membership,omitempty"`
 	// NodeAPI lets the agent read its own Node (membership, quiesce requests,
-	// the disabled annotation, the exclude-from-external-load-balancers
-	// label) and report its state on it, with the kubelet's credential.
+	// the disabled annotation) and report its state on it, with the kubelet's
+	// credential.
 	// Optional: without it the agent runs from files and gossip alone.
 	NodeAPI NodeAPIConfig `json:"nodeAPI,omitempty"`
 	Health  HealthConfig  `json:"health,omitempty"`

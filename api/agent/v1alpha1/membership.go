@@ -26,8 +26,9 @@ const (
 	// value. The same key as the LoadBalancer API's; on a Node it works without the manager.
 	DisabledAnnotation = "loadbalancer.cluster.x-k8s.io/disabled"
 
-	// ExcludeFromExternalLBLabel is Kubernetes' standard Node label for "do not send load-balancer
-	// traffic here"; the agent honours it like DisabledAnnotation.
+	// ExcludeFromExternalLBLabel is Kubernetes' standard Node label for "do not send Service
+	// load-balancer traffic here". The agent deliberately ignores it: kubeadm puts it on every
+	// control-plane Node. Use DisabledAnnotation to take a member out.
 	ExcludeFromExternalLBLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 	// AgentStatusAnnotation (agent → its own Node) holds the AgentStatus document, JSON.
