@@ -198,6 +198,7 @@ type IPPoolReference struct {
 }
 
 // AgentSpec configures the node agents.
+// +kubebuilder:validation:XValidation:rule="!has(self.caFile) || !has(self.health) || !has(self.health.type) || self.health.type == 'https'",message="spec.backend.<arp|bgp>.agent.caFile verifies the https health check only: remove it for health type http or tcp",fieldPath=".caFile"
 type AgentSpec struct {
 	// flavor of the control plane's nodes, for the paths the agent reads: the API server's CA and
 	// the kubelet's kubeconfig. kubeadm (default), k3s or rke2.
@@ -228,7 +229,44 @@ type AgentSpec struct {
 	// timers override the election and hand-over defaults (docs/backends/arp.md explains each).
 	// +optional
 	Timers *AgentTimers `json:"timers,omitempty"`
+
+	// health is the local check that makes a member eligible. Default: the local API server's
+	// /readyz over HTTPS, verified with caFile. A LoadBalancer whose members serve something
+	// else (an ingress controller on 80/443) checks that instead, with type http or tcp.
+	// +optional
+	Health *AgentHealth `json:"health,omitempty"`
 }
+
+// AgentHealth is the node agent's member health check, against 127.0.0.1 on the node.
+// +kubebuilder:validation:XValidation:rule="!has(self.path) || !has(self.type) || self.type != 'tcp'",message="spec.backend.<arp|bgp>.agent.health.path applies only to type http or https: remove it for type tcp",fieldPath=".path"
+type AgentHealth struct {
+	// type of the check. https (default): GET https://127.0.0.1:<port><path>, verified with
+	// agent.caFile as the name "kubernetes" (the API server's certificate), healthy on 200.
+	// http: a plain GET of http://127.0.0.1:<port><path>, healthy on any 2xx. tcp: healthy when a
+	// TCP connection to 127.0.0.1:<port> opens within the agent's timeout (1s).
+	// +optional
+	// +kubebuilder:validation:Enum=https;http;tcp
+	Type string `json:"type,omitempty"`
+
+	// port on the node that is checked. Default: spec.targetPort (the LoadBalancer's port).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// path of the GET (http and https only). Default /readyz for https, /healthz for http.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.contains(' ')",message="spec.backend.<arp|bgp>.agent.health.path must start with '/' and hold no spaces, like /healthz"
+	Path string `json:"path,omitempty"`
+}
+
+// Agent health check types (AgentHealth.Type).
+const (
+	AgentHealthHTTPS = "https"
+	AgentHealthHTTP  = "http"
+	AgentHealthTCP   = "tcp"
+)
 
 // AgentTimers are optional overrides of the agent's election and hand-over timers.
 type AgentTimers struct {

@@ -88,6 +88,8 @@ func TestIntegration(t *testing.T) {
 			{"LoadBalancerClassNotApplied", testLoadBalancerClassNotApplied},
 			{"LoadBalancerClassPause", testLoadBalancerClassPause},
 			{"ClusterClassSample", testClusterClassSample},
+			{"AgentHealthRendered", testAgentHealthRendered},
+			{"AgentHealthAdmission", testAgentHealthAdmission},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()

@@ -2,6 +2,7 @@ package vip
 
 import (
 	"fmt"
+	"net"
 	"path"
 	"strconv"
 
@@ -120,11 +121,7 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	c.Members = append([]agentv1.MemberConfig{}, in.membership.Members...)
 	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}
 	c.NodeAPI = agentv1.NodeAPIConfig{Kubeconfig: fl.Kubeconfig}
-	ca := v.Agent.CAFile
-	if ca == "" {
-		ca = fl.CAFile
-	}
-	c.Health = agentv1.HealthConfig{CAFile: ca, ServerName: agentv1.DefaultHealthServerName}
+	c.Health = renderHealth(v.Agent, fl, c.Port)
 	c.Election.SecretKeyFile = agentv1.GossipKeyPath
 	c.Election.Label = lb.Namespace + "/" + lb.Name
 	if t := v.Agent.Timers; t != nil {
@@ -157,6 +154,51 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 		c.BGP = bc
 	}
 	return c
+}
+
+// renderHealth builds the agent's health check from spec.backend.<kind>.agent.health. Unset
+// (or https on the defaults) it is exactly the API server check caplb always rendered.
+func renderHealth(a lbv1.AgentSpec, fl Flavor, port int) agentv1.HealthConfig {
+	h := a.Health
+	if h == nil {
+		h = &lbv1.AgentHealth{}
+	}
+	if h.Port != 0 {
+		port = int(h.Port)
+	}
+	local := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	switch h.Type {
+	case lbv1.AgentHealthHTTP:
+		return agentv1.HealthConfig{Type: agentv1.HealthHTTP, URL: "http://" + local + pathOr(h.Path, "/healthz")}
+	case lbv1.AgentHealthTCP:
+		return agentv1.HealthConfig{Type: agentv1.HealthTCP, Address: local}
+	}
+	ca := a.CAFile
+	if ca == "" {
+		ca = fl.CAFile
+	}
+	hc := agentv1.HealthConfig{CAFile: ca, ServerName: agentv1.DefaultHealthServerName}
+	if h.Type != "" {
+		hc.Type = agentv1.HealthHTTPS
+	}
+	if h.Port != 0 || h.Path != "" {
+		hc.URL = "https://" + local + pathOr(h.Path, "/readyz")
+	}
+	return hc
+}
+
+func pathOr(p, def string) string {
+	if p == "" {
+		return def
+	}
+	return p
+}
+
+// healthUsesCA says whether the agent's health check reads the CA file (https), so the static
+// pod mounts it; a worker node checked over http or tcp may have no such file, and a missing
+// File mount would hold the pod.
+func healthUsesCA(a lbv1.AgentSpec) bool {
+	return a.Health == nil || a.Health.Type == "" || a.Health.Type == lbv1.AgentHealthHTTPS
 }
 
 func setDuration(d *agentv1.Duration, v *lbv1.Duration) {
@@ -211,9 +253,11 @@ func renderManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
 		// The control socket (POST /quiesce on the node, root only) lives here: the root
 		// filesystem is read-only.
 		{Name: "run", Path: path.Dir(agentv1.DefaultControlSocket), Type: dirOrCreate},
-		{Name: "ca", Path: ca, Type: fileType, ReadOnly: true},
-		{Name: "kubeconfig", Path: fl.Kubeconfig, Type: fileType, ReadOnly: true},
 	}
+	if healthUsesCA(v.Agent) {
+		mounts = append(mounts, HostMount{Name: "ca", Path: ca, Type: fileType, ReadOnly: true})
+	}
+	mounts = append(mounts, HostMount{Name: "kubeconfig", Path: fl.Kubeconfig, Type: fileType, ReadOnly: true})
 	for i, f := range fl.KubeletFiles {
 		mounts = append(mounts, HostMount{Name: "kubelet-" + strconv.Itoa(i), Path: f, Type: fileType, ReadOnly: true})
 	}

@@ -3,6 +3,7 @@ package vip
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -78,6 +79,7 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 			"this manager has no default agent image: set it here, or start the manager with --agent-image"))
 	}
 	errs = append(errs, validateTimers(ap.Child("timers"), v.Agent.Timers)...)
+	errs = append(errs, validateHealth(ap, v.Agent)...)
 	if bg := spec.Backend.BGP; bg != nil {
 		errs = append(errs, validateBGP(bp, bg)...)
 	}
@@ -185,6 +187,37 @@ func validateBGP(bp *field.Path, bg *lbv1.BGPBackend) field.ErrorList {
 		if _, err := agentv1.ParseCommunity(c); err != nil {
 			errs = append(errs, field.Invalid(bp.Child("communities").Index(i), c, err.Error()))
 		}
+	}
+	return errs
+}
+
+// validateHealth repeats the CRD's rules on agent.health for objects that predate them: the
+// rendered check must be one the agent accepts.
+func validateHealth(ap *field.Path, a lbv1.AgentSpec) field.ErrorList {
+	h := a.Health
+	if h == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	hp := ap.Child("health")
+	switch h.Type {
+	case "", lbv1.AgentHealthHTTPS, lbv1.AgentHealthHTTP:
+	case lbv1.AgentHealthTCP:
+		if h.Path != "" {
+			errs = append(errs, field.Invalid(hp.Child("path"), h.Path, "applies only to type http or https: remove it for type tcp"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(hp.Child("type"), h.Type,
+			[]string{lbv1.AgentHealthHTTPS, lbv1.AgentHealthHTTP, lbv1.AgentHealthTCP}))
+	}
+	if h.Port < 0 || h.Port > 65535 {
+		errs = append(errs, field.Invalid(hp.Child("port"), h.Port, "must be a port, 1-65535 (or unset: spec.targetPort)"))
+	}
+	if h.Path != "" && (!strings.HasPrefix(h.Path, "/") || strings.ContainsAny(h.Path, " \t\r\n")) {
+		errs = append(errs, field.Invalid(hp.Child("path"), h.Path, "must start with '/' and hold no spaces, like /healthz"))
+	}
+	if a.CAFile != "" && h.Type != "" && h.Type != lbv1.AgentHealthHTTPS {
+		errs = append(errs, field.Invalid(ap.Child("caFile"), a.CAFile, "verifies the https health check only: remove it for health type "+h.Type))
 	}
 	return errs
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -64,21 +62,7 @@ func (c *AgentConfiguration) Default() {
 	if c.Port == 0 {
 		c.Port = 6443
 	}
-	h := &c.Health
-	if h.URL == "" {
-		h.URL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port)) + "/readyz"
-	}
-	if h.ServerName == "" {
-		if u, err := url.Parse(h.URL); err == nil && u.Scheme == "https" {
-			if _, err := netip.ParseAddr(u.Hostname()); err == nil {
-				h.ServerName = DefaultHealthServerName
-			}
-		}
-	}
-	def(&h.Interval, 200*time.Millisecond)
-	def(&h.Timeout, time.Second)
-	defInt(&h.Rise, 2)
-	defInt(&h.Fall, 2)
+	c.Health.defaults(c.Port)
 	e := &c.Election
 	defInt(&e.Port, 7946)
 	def(&e.ProbeInterval, 100*time.Millisecond)
@@ -209,19 +193,7 @@ func (c *AgentConfiguration) Validate() error {
 	if c.NodeName != "" && len(c.Members) > 0 && !names[c.NodeName] && !c.Membership.Dynamic {
 		bad("nodeName", "%q is not among members; add it or set nodeName to one of them", c.NodeName)
 	}
-	h := c.Health
-	if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		bad("health.url", "%q is not an http(s) URL", h.URL)
-	} else if u.Scheme == "https" && h.CAFile == "" && !h.InsecureSkipVerify {
-		bad("health.caFile", "is empty; give the API server's CA (e.g. /etc/kubernetes/pki/ca.crt) or set health.insecureSkipVerify: true")
-	}
-	if h.CAFile != "" && h.InsecureSkipVerify {
-		bad("health.insecureSkipVerify", "is set together with health.caFile; choose one")
-	}
-	positive(bad, "health.interval", h.Interval)
-	positive(bad, "health.timeout", h.Timeout)
-	atLeast1(bad, "health.rise", h.Rise)
-	atLeast1(bad, "health.fall", h.Fall)
+	c.Health.validate(bad)
 	e := c.Election
 	if e.BindAddress != "" {
 		if _, err := netip.ParseAddr(e.BindAddress); err != nil {

@@ -8,6 +8,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Health check types (HealthConfig.Type).
+const (
+	HealthHTTPS = "https"
+	HealthHTTP  = "http"
+	HealthTCP   = "tcp"
+)
+
 // Modes of the agent.
 const (
 	ModeARP = "arp"
@@ -68,11 +75,22 @@ type MemberConfig struct {
 	Address string `json:"address"`
 }
 
-// HealthConfig is the local API server check that makes a member eligible.
+// HealthConfig is the local check that makes a member eligible: by default the
+// local API server's /readyz; for members that serve something else (an ingress
+// controller on worker nodes) a plain HTTP GET or a TCP connect.
 type HealthConfig struct {
-	// URL default https://127.0.0.1:<port>/readyz.
+	// Type of the check: "https" (GET url over TLS, healthy on 200), "http"
+	// (plain GET of url, healthy on any 2xx) or "tcp" (healthy when a TCP
+	// connection to address opens within timeout). Default "http" when url is
+	// an http:// URL (what such a URL always did), otherwise "https".
+	Type string `json:"type,omitempty"`
+	// URL (https and http) default https://127.0.0.1:<port>/readyz for https,
+	// http://127.0.0.1:<port>/healthz for http.
 	URL string `json:"url,omitempty"`
+	// Address (tcp only) is host:port to connect to. Default 127.0.0.1:<port>.
+	Address string `json:"address,omitempty"`
 	// CAFile verifies the server certificate (e.g. /etc/kubernetes/pki/ca.crt).
+	// https only, as are serverName and insecureSkipVerify.
 	CAFile string `json:"caFile,omitempty"`
 	// ServerName is the name the server certificate is verified against.
 	// Default "kubernetes" when the URL's host is an IP address (kubeadm, k3s
