@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -136,10 +137,14 @@ func InterfaceFor(vip netip.Addr) (string, error) {
 	return "", fmt.Errorf("no route to %s", vip)
 }
 
+// resetPatience bounds how long a release waits for busy connections to answer their request
+// in flight before it resets them anyway (see resetConnections).
+const resetPatience = 300 * time.Millisecond
+
 // resetConnections resets the connections still open to v before v goes (see the function of
 // the same name); a failure is logged, never fatal: the address must go regardless.
 func (a *Announcer) resetConnections(v netip.Addr) int {
-	n, err := resetConnections(v)
+	n, err := resetConnections(v, resetPatience)
 	if err != nil {
 		a.log.Info("could not reset every connection to the VIP; their clients wait for a timeout", "vip", v.String(), "error", err.Error())
 	}

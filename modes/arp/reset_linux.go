@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -24,40 +25,100 @@ const tcpListen = 10
 // nobody, and the client waits for its timeout. With it a client learns at once that the
 // connection is gone: an idle kept-alive connection is dropped before it is reused, a GET in
 // flight is retried on a new connection (net/http, client-go) — which reaches the new owner —
-// and a watch reopens. It returns how many connections it reset.
-func resetConnections(vip netip.Addr) (int, error) {
-	// An IPv4 VIP's connections may sit on IPv6 sockets too (a server listening on [::]
-	// accepts IPv4 as v4-mapped addresses: Go's ":6443", kube-apiserver's default).
-	families := []uint8{syscall.AF_INET6}
-	if vip.Is4() {
-		families = append(families, syscall.AF_INET)
-	}
+// and a watch reopens.
+//
+// A request in flight when its connection is reset fails, and client-go resends only GETs: a
+// write would reach its caller as an error. So a connection that looks busy — the server
+// received data after it last sent any (a request it has not answered), or it has data the
+// client has not acknowledged yet (an answer on the way) — is reset only once it turns quiet,
+// or when patience runs out. It returns how many connections it reset.
+func resetConnections(vip netip.Addr, patience time.Duration) (int, error) {
+	deadline := time.Now().Add(patience)
 	n := 0
 	var errs []error
-	for _, fam := range families {
-		socks, err := netlink.SocketDiagTCP(fam)
+	for {
+		socks, err := vipSockets(vip)
 		if err != nil {
-			return n, fmt.Errorf("arp: list TCP sockets: %w", err)
+			return n, err
 		}
+		late := !time.Now().Before(deadline)
+		waiting := 0
 		for _, s := range socks {
-			local, ok := netip.AddrFromSlice(s.ID.Source)
-			if !ok || local.Unmap() != vip || s.State == tcpListen {
+			if !late && busy(s) {
+				waiting++
 				continue
 			}
-			if err := destroySocket(s); err != nil {
+			if err := destroySocket(s.InetDiagMsg); err != nil {
 				if errors.Is(err, syscall.ENOENT) {
 					continue // closed meanwhile
 				}
-				errs = append(errs, fmt.Errorf("%s:%d -> %s:%d: %w", s.ID.Source, s.ID.SourcePort, s.ID.Destination, s.ID.DestinationPort, err))
+				id := s.InetDiagMsg.ID
+				errs = append(errs, fmt.Errorf("%s:%d -> %s:%d: %w", id.Source, id.SourcePort, id.Destination, id.DestinationPort, err))
 				continue
 			}
 			n++
 		}
+		if waiting == 0 || len(errs) > 0 {
+			break
+		}
+		time.Sleep(quietPoll)
 	}
 	if len(errs) > 0 {
 		return n, fmt.Errorf("arp: reset connections to %s: %w", vip, errors.Join(errs...))
 	}
 	return n, nil
+}
+
+// quietPoll is how often a busy connection is looked at again: a request to an API server is
+// answered in a few milliseconds.
+const quietPoll = 2 * time.Millisecond
+
+// tcpEstablished is the kernel's TCP_ESTABLISHED state.
+const tcpEstablished = 1
+
+// busy: the socket may carry a request in flight. tcpi_last_data_recv and _sent are
+// milliseconds since the last data segment each way. Received and sent within the same
+// millisecond (a request right behind the TLS handshake, or one answered at once) cannot be
+// told apart: such a socket counts as busy for sameMillisecondBusy, long enough for an API
+// server to answer an ordinary request.
+func busy(s *netlink.InetDiagTCPInfoResp) bool {
+	i := s.TCPInfo
+	if i == nil || s.InetDiagMsg.State != tcpEstablished {
+		return false
+	}
+	return i.Unacked > 0 || i.Notsent_bytes > 0 || i.Last_data_recv < i.Last_data_sent ||
+		(i.Last_data_recv == i.Last_data_sent && i.Last_data_recv < sameMillisecondBusy)
+}
+
+// sameMillisecondBusy: see busy.
+const sameMillisecondBusy = 100 // ms
+
+// vipSockets lists the TCP sockets whose local address is vip, listeners aside, with their
+// tcp_info. An IPv4 VIP's connections may sit on IPv6 sockets too (a server listening on [::]
+// accepts IPv4 as v4-mapped addresses: Go's ":6443", kube-apiserver's default).
+func vipSockets(vip netip.Addr) ([]*netlink.InetDiagTCPInfoResp, error) {
+	families := []uint8{syscall.AF_INET6}
+	if vip.Is4() {
+		families = append(families, syscall.AF_INET)
+	}
+	var out []*netlink.InetDiagTCPInfoResp
+	for _, fam := range families {
+		socks, err := netlink.SocketDiagTCPInfo(fam)
+		if err != nil {
+			return nil, fmt.Errorf("arp: list TCP sockets: %w", err)
+		}
+		for _, s := range socks {
+			if s.InetDiagMsg == nil {
+				continue
+			}
+			local, ok := netip.AddrFromSlice(s.InetDiagMsg.ID.Source)
+			if !ok || local.Unmap() != vip || s.InetDiagMsg.State == tcpListen {
+				continue
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // destroySocket sends SOCK_DESTROY for one socket as the dump described it (family, addresses,
