@@ -40,6 +40,9 @@ type loopState struct {
 	// handingOver: a successor announces the VIPs; the hand-over runs to its
 	// end even if this node becomes eligible again meanwhile.
 	handingOver bool
+	// redirectFrom: the previous owner this node's claim redirects flows to
+	// (Desired.HandOver); zero when none, or once that owner let go or died.
+	redirectFrom netip.Addr
 
 	quorumSince   time.Time
 	quorumLostAt  time.Time

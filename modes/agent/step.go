@@ -44,6 +44,9 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 	// version 0 with no members, excepted).
 	eligible := in.healthy && !st.quiescing && !st.handingOver && in.linkUp
 	view := in.view
+	// gossip is the view before a silent holder is treated as failed: the
+	// hand-over redirect still sends that holder its own flows (below).
+	gossip := view
 	var d election.Decision
 	if in.election {
 		eligible = eligible && (view.Member || r.bootstrap(view))
@@ -53,6 +56,7 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 			out.metaBefore.SpreadTo, out.metaBefore.Draining = spreadMeta(view, in.spread, r.memberAddress)
 		}
 		view = withSelfMeta(view, out.metaBefore)
+		gossip = view
 		view, st.silentLogged = r.dropSilentHolders(view, st.silent, st.silentLogged, &out)
 		d = election.Decide(view)
 		st, out.pull = r.pullNewer(st, now, view, d)
@@ -98,13 +102,35 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 		st.waitingReason = reason
 	}
 	out.desired = dataplane.Desired{Announce: want, VIPs: r.vips, Quiet: quiet}
-	if want && !st.holding {
-		out.desired.HandOver = r.handOverFrom(view)
+	// A claim redirects the flows it did not start to the previous owner,
+	// also one treated as failed for its silence: a holder that was only
+	// starved of CPU still has its connections, and a RST from us would fail
+	// every request in flight on them. The redirect ends with its window, or
+	// as soon as gossip says that owner let go or died (then our RST is the
+	// fastest news for its clients).
+	redirectEnded := false
+	if want {
+		from := r.handOverFrom(gossip)
+		switch {
+		case !st.holding:
+			out.desired.HandOver, st.redirectFrom = from, netip.Addr{}
+			if from != nil {
+				st.redirectFrom = from.From
+			}
+		case !st.redirectFrom.IsValid():
+		case from == nil || from.From != st.redirectFrom:
+			st.redirectFrom, redirectEnded = netip.Addr{}, true
+		default:
+			out.desired.HandOver = from
+		}
+	} else {
+		st.redirectFrom = netip.Addr{}
 	}
 	if want {
 		out.desired.Spread = r.spreadSet(view, eligible)
 	}
-	out.sync = want != st.holding || quiet != st.quiet || !out.desired.Spread.Equal(st.spread) || now.Sub(st.lastSync) >= resync
+	out.sync = want != st.holding || quiet != st.quiet || !out.desired.Spread.Equal(st.spread) || redirectEnded ||
+		now.Sub(st.lastSync) >= resync
 	// A failed Sync that was to claim leaves the VIPs unannounced: nobody
 	// is told we hold. A failed release still counts as released.
 	out.unsynced = st.become(want && st.holding, reason, now)

@@ -33,6 +33,13 @@ func stepRules(t *testing.T, tweak func(*agentv1.AgentConfiguration)) rules {
 	return rules{cfg: cfg, vips: cfg.ParsedVIPs()}
 }
 
+// redirecting is a settled holder whose claim redirects flows to from.
+func redirecting(from netip.Addr) loopState {
+	st := settled()
+	st.holding, st.redirectFrom, st.lastSync = true, from, t0
+	return st
+}
+
 // peer is another member as gossip shows it.
 func peer(name string, alive bool, m election.Meta) election.MemberView {
 	return election.MemberView{Name: name, Alive: alive, Meta: m}
@@ -289,10 +296,33 @@ func TestStepSilentHolder(t *testing.T) {
 		{name: "silent to a majority: treated as failed, the next member claims",
 			st: settled(), in: with(confirmed(moment(t0, peer("b", true, holdingPeer), self, peer("c", true, election.Meta{Eligible: true, Silent: "b"}))),
 				func(in *inputs) { in.answers = answers(long, t0) }),
-			holding: true,
+			holding: true, handOver: netip.MustParseAddr("192.0.2.2"),
 			check: func(g Gomega, st loopState, out output) {
 				g.Expect(st.silentLogged).To(Equal("b"))
 				g.Expect(out.notes).To(HaveLen(1), "logged once")
+				// b may only be starved: its flows go back to it, not to our RST.
+				g.Expect(st.redirectFrom).To(Equal(netip.MustParseAddr("192.0.2.2")))
+			}},
+		{name: "holding with a redirect to a holder that still holds: kept",
+			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: moment(t0, peer("b", true, election.Meta{Holding: true, Quiescing: true}), self, peer("c", true, eligiblePeer)),
+			holding: true, handOver: netip.MustParseAddr("192.0.2.2"),
+			check: func(g Gomega, st loopState, out output) {
+				g.Expect(out.sync).To(BeFalse(), "nothing to change")
+				g.Expect(st.redirectFrom).To(Equal(netip.MustParseAddr("192.0.2.2")))
+			}},
+		{name: "the previous owner died: the redirect ends at once (our RST is the fastest news)",
+			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: moment(t0, peer("b", false, holdingPeer), self, peer("c", true, eligiblePeer)),
+			holding: true,
+			check: func(g Gomega, st loopState, out output) {
+				g.Expect(out.sync).To(BeTrue(), "the data plane removes the redirect")
+				g.Expect(st.redirectFrom.IsValid()).To(BeFalse())
+			}},
+		{name: "the previous owner let go: the redirect ends",
+			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: moment(t0, peer("b", true, downPeer), self, peer("c", true, eligiblePeer)),
+			holding: true,
+			check: func(g Gomega, st loopState, out output) {
+				g.Expect(out.sync).To(BeTrue())
+				g.Expect(st.redirectFrom.IsValid()).To(BeFalse())
 			}},
 		{name: "not hearing the others either: this member may be the stalled one",
 			st: settled(), in: with(moment(t0, peer("b", true, holdingPeer), self, peer("c", true, election.Meta{Eligible: true, Silent: "b"})),

@@ -183,10 +183,16 @@ func (a *Announcer) Sync(ctx context.Context, d dataplane.Desired) error {
 		defer a.setQuietLocked(false)
 	}
 	if len(want) == 0 {
-		a.handover.release("VIPs released")
+		// A redirect outlives the release until its window ends: a claimant that yields to
+		// the holder it claimed from (one that was only slow) still receives that holder's
+		// flows until the neighbours' caches flip back, and sends them on rather than resetting
+		// them. Removing it first also left the reset's wait below without it.
 		a.spread.release()
 	} else if d.HandOver != nil && len(a.held) == 0 {
 		a.handover.start(d.VIPs, d.HandOver.From, d.HandOver.Window)
+	} else if d.HandOver == nil && len(a.held) > 0 {
+		// The previous owner let go or died: our RST is now the fastest news for its clients.
+		a.handover.release("the previous owner let go")
 	}
 	for v, cancel := range a.held {
 		if !want[v] {
