@@ -6,7 +6,7 @@ TEST_DEPS += testbin
 
 .PHONY: demo bench-controller
 
-demo: testbin nftables ## As root: a control plane's whole life behind an ARP VIP with a real client (else the static demo); prints a timeline.
+demo: testbin nftables ## As root: a real (kubeadm-made) control plane's whole life behind an ARP VIP with client-go counting failures (else the static demo); prints a timeline.
 	$(GO) run ./e2e/demo
 
 # N LoadBalancers x 3 Machines; the brief's goal is stated for N=1000.
@@ -18,6 +18,6 @@ bench-controller: testbin build ## Benchmark the manager binary: N LoadBalancers
 	  $(GO) run ./e2e/bench/controller -n $(N) -changes $(BENCH_CHANGES) -binary $(OUT)/bin/caplb
 
 .PHONY: bench-rollout
-bench-rollout: testbin frr ## Benchmark a control plane's whole life behind an ARP and a BGP VIP (root): JSON to $BENCH_OUT, SVG timelines beside it.
+bench-rollout: testbin frr ## Benchmark a real (kubeadm-made) control plane's whole life behind an ARP and a BGP VIP (root): JSON to $BENCH_OUT, SVG timelines beside it.
 	@mkdir -p $(OUT)
 	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-rollout.json} $(GO) run ./e2e/bench/rollout

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lifecycle"
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
 )
@@ -23,8 +24,13 @@ func vipDemoAvailable() (bool, string) {
 }
 
 // runVIP is the demo as root: a control plane's whole life behind an ARP VIP (e2e/lifecycle),
-// with a client counting its requests on the VIP throughout.
+// with clients counting their requests on the VIP throughout. The machines run a real control
+// plane (kubeadm's etcd and kube-apiserver) unless CAPLB_LAB_APISERVER=standin.
 func runVIP(ctx context.Context, tl *timeline) (err error) {
+	api, err := lifecycle.APIServerFromEnv(lifecycle.Real)
+	if err != nil {
+		return err
+	}
 	tl.step("building caplb, its agent, the lab's kubelet and stand-in API server")
 	dir, err := os.MkdirTemp("", "caplb-demo-bin-")
 	if err != nil {
@@ -35,8 +41,14 @@ func runVIP(ctx context.Context, tl *timeline) (err error) {
 	if err != nil {
 		return err
 	}
-	tl.step("starting a management and a workload API server, CAPI's reconcilers, the caplb manager and a lab network")
-	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: lifecycle.ARP, Binaries: bins, Name: "demo"})
+	if api == lifecycle.Real {
+		tl.step("each machine: kube-apiserver %s + etcd %s made by kubeadm %s, behind the VIP (each takes ~20-40 s to boot on 2 cores: etcd fsyncs, the API server starts ~60 controllers)",
+			envtest.K8sVersion, envtest.EtcdVersion, envtest.K8sVersion)
+		tl.step("starting a management API server, CAPI's reconcilers, the caplb manager and a lab network")
+	} else {
+		tl.step("starting a management and a workload API server, CAPI's reconcilers, the caplb manager and a lab network")
+	}
+	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: lifecycle.ARP, Binaries: bins, Name: "demo", APIServer: api})
 	if err != nil {
 		return err
 	}
@@ -57,6 +69,13 @@ func runVIP(ctx context.Context, tl *timeline) (err error) {
 	r := obs.Result
 	if r.FailedRequests != 0 {
 		return fmt.Errorf("the client saw %d failed requests", r.FailedRequests)
+	}
+	if c := obs.Clients; c != nil {
+		tl.seen("client-go through the VIP: %d writes, %d failed; the informer lost %d events (%d relists); the leader-elected loop lost its Lease %d time(s)",
+			c.Writes, c.FailedWrites, c.LostEvents, c.Relists, c.LeaderLosses)
+		if c.FailedWrites != 0 || c.LostEvents != 0 || c.LeaderLosses != 0 || !c.StoreMatches {
+			return fmt.Errorf("client-go saw failures: %+v", *c)
+		}
 	}
 	tl.ok("%d replacements behind the VIP; the client sent %d requests, %d failed (longest gap %.0f ms)",
 		r.Replacements, r.Requests, r.FailedRequests, r.MaxGapMS)

@@ -3,10 +3,12 @@
 package lab
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // APIProxy makes a server of the test process (a test kube-apiserver on
@@ -30,6 +32,29 @@ func ProxyInto(ns *Netns, listen, target string) (*APIProxy, error) {
 	}); err != nil {
 		return nil, err
 	}
+	var d net.Dialer
+	p.serve(d.DialContext, target)
+	return p, nil
+}
+
+// ProxyOut listens on listen in the test's namespace (e.g. "127.0.0.1:0") and forwards every
+// connection to target dialled from inside ns: the management cluster's processes (CAPI's
+// ClusterCache, the manager) reach a workload endpoint on the lab's network as they would
+// through a router. Addr tells the port.
+func ProxyOut(ns *Netns, listen, target string) (*APIProxy, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	p := &APIProxy{ln: ln}
+	p.serve(ns.DialContext, target)
+	return p, nil
+}
+
+// Addr is where the proxy listens.
+func (p *APIProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *APIProxy) serve(dial func(ctx context.Context, network, addr string) (net.Conn, error), target string) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -38,15 +63,16 @@ func ProxyInto(ns *Netns, listen, target string) (*APIProxy, error) {
 			if err != nil {
 				return
 			}
-			go forward(c, target)
+			go forward(c, dial, target)
 		}
 	}()
-	return p, nil
 }
 
-func forward(c net.Conn, target string) {
+func forward(c net.Conn, dial func(ctx context.Context, network, addr string) (net.Conn, error), target string) {
 	defer c.Close()
-	u, err := net.Dial("tcp", target)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	u, err := dial(ctx, "tcp", target)
+	cancel()
 	if err != nil {
 		return
 	}

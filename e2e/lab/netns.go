@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -111,6 +112,17 @@ func (l *Lab) Name() string { return l.name }
 
 // Dir is the lab's temporary directory for configs and process logs.
 func (l *Lab) Dir() string { return l.dir }
+
+// Logf appends a timestamped line to <Dir>/<name>.log, beside the processes' logs (a failure
+// report shows their tails).
+func (l *Lab) Logf(name, format string, args ...any) {
+	f, err := os.OpenFile(filepath.Join(l.dir, name+".log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+}
 
 // AddNamespace creates the namespace "<lab>-<name>" with lo up.
 func (l *Lab) AddNamespace(name string) (*Netns, error) {

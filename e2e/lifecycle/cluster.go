@@ -101,8 +101,11 @@ func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
 	if err := l.Mgmt.Client.Create(ctx, c); err != nil {
 		return nil, fmt.Errorf("creating Cluster: %w", err)
 	}
-	if err := l.Mgmt.Client.Create(ctx, kubeconfig.GenerateSecret(c, kubeconfig.FromEnvTestConfig(l.Workload.Config, c))); err != nil {
-		return nil, fmt.Errorf("creating the workload kubeconfig Secret: %w", err)
+	if l.real == nil {
+		// A real control plane's kubeconfig comes once the endpoint is known, as KCP writes it.
+		if err := l.Mgmt.Client.Create(ctx, kubeconfig.GenerateSecret(c, kubeconfig.FromEnvTestConfig(l.Workload.Config, c))); err != nil {
+			return nil, fmt.Errorf("creating the workload kubeconfig Secret: %w", err)
+		}
 	}
 	if err := l.Mgmt.Client.Create(ctx, lb); err != nil {
 		return nil, fmt.Errorf("creating LoadBalancer: %w", err)
@@ -124,6 +127,9 @@ func (l *Lab) WaitEndpoint(ctx context.Context, timeout time.Duration) (netip.Ad
 		l.vip = a
 		return true, "", nil
 	})
+	if err == nil && l.real != nil && l.real.shared == nil {
+		err = l.setUpRealCP(ctx)
+	}
 	return l.vip, err
 }
 
@@ -146,6 +152,9 @@ func (l *Lab) CreateMachine(ctx context.Context, name string) (*clusterv1.Machin
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: testinfra.Group, Kind: testinfra.MachineKind, Name: name},
 		},
+	}
+	if l.real != nil {
+		m.Annotations = map[string]string{kcpCleanupHook: ""}
 	}
 	if err := l.Mgmt.Client.Create(ctx, m); err != nil {
 		return nil, fmt.Errorf("creating Machine %s: %w", name, err)

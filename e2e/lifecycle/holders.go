@@ -90,7 +90,12 @@ func (l *Lab) DialClient(ctx context.Context, network, addr string) (net.Conn, e
 }
 
 // CAPEM is the cluster CA the client verifies the API server with.
-func (l *Lab) CAPEM() []byte { return l.ca.PEM }
+func (l *Lab) CAPEM() []byte {
+	if l.real != nil {
+		return l.real.shared["ca.crt"]
+	}
+	return l.ca.PEM
+}
 
 // APIURL is the endpoint's URL.
 func (l *Lab) APIURL() string {

@@ -89,7 +89,8 @@ func (r *infra) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		index := r.next
 		r.mu.Unlock()
 		providerID := testinfra.ProviderID(req.Namespace, req.Name)
-		if n, err = r.deps.boot(ctx, req.Name, index, providerID, secret); err != nil {
+		if n, err = r.deps.boot(ctx, req.Name, index, providerID, secret, r.running()); err != nil {
+			r.deps.lab.Logf("infra", "%v", err)
 			return ctrl.Result{}, err
 		}
 		r.mu.Lock()

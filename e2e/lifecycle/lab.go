@@ -12,6 +12,14 @@
 // agent runs from the rendered static-pod manifest through the lab's kubelet (e2e/lab/podrun:
 // the manifest's volumes, read-only root and capabilities, nothing more); a stand-in API
 // server serves HTTPS on 6443; and the Node is registered in the workload cluster.
+//
+// With Options.APIServer = Real the machines run a real control plane instead (realcp.go): the
+// lab plays KubeadmControlPlane's part — the cluster's CA Secrets and kubeconfig Secret once the
+// endpoint is known, etcd learners added and promoted as machines join, a leaving machine's etcd
+// member removed in KCP's pre-terminate hook (kcp.go) — kubeadm writes each machine's PKI,
+// kubeconfigs and static-pod manifests (with the sample's apiServer.extraArgs), the lab's kubelet
+// runs kubeadm's etcd and kube-apiserver beside the agent, the kubelet's credential registers the
+// Node, and the workload cluster is that control plane, reached through the VIP.
 package lifecycle
 
 import (
@@ -43,6 +51,8 @@ type Options struct {
 	Binaries Binaries
 	// Name is the network lab's name (1-12 characters; unique among labs running at once).
 	Name string
+	// APIServer is what the machines run behind the VIP (default StandIn).
+	APIServer APIServer
 }
 
 // Lab is a running lifecycle lab.
@@ -62,6 +72,9 @@ type Lab struct {
 	// Namespace holds the cluster's objects; ClusterName is the sample's Cluster name.
 	Namespace, ClusterName string
 	vip                    netip.Addr
+	// real is the lab's KubeadmControlPlane for a real control plane (nil: stand-ins).
+	real    *realCP
+	stopKCP context.CancelFunc
 }
 
 // Start builds the lab up to a running manager; the scenario creates the cluster's objects.
@@ -94,29 +107,42 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if l.Mgmt, err = harness.Start(harness.Options{}); err != nil {
 		return l, err
 	}
-	if l.Workload, err = envtest.Start(envtest.Options{}); err != nil {
-		return l, fmt.Errorf("workload API server: %w", err)
-	}
-	if l.WorkloadClient, err = client.New(l.Workload.Config, client.Options{Scheme: l.Mgmt.Scheme}); err != nil {
-		return l, err
-	}
-	host, err := hostPort(l.Workload.Config)
-	if err != nil {
-		return l, err
+	deps := &nodeDeps{lab: l.net, topo: l.topo, ca: l.ca, bins: opts.Binaries, files: files, agentImage: AgentImage,
+		vip: func() string { return l.vip.String() }, clusterName: cluster, scheme: l.Mgmt.Scheme}
+	if opts.APIServer == Real {
+		// The workload cluster is the control plane the machines run: nothing to start yet.
+		if l.real, err = newRealCP(l.net.Dir(), opts.Binaries.Podrun, sample); err != nil {
+			return l, err
+		}
+		deps.real = l.real
+	} else {
+		if l.Workload, err = envtest.Start(envtest.Options{}); err != nil {
+			return l, fmt.Errorf("workload API server: %w", err)
+		}
+		if l.WorkloadClient, err = client.New(l.Workload.Config, client.Options{Scheme: l.Mgmt.Scheme}); err != nil {
+			return l, err
+		}
+		host, err := hostPort(l.Workload.Config)
+		if err != nil {
+			return l, err
+		}
+		deps.workload = &workload{env: l.Workload, client: l.WorkloadClient, hostPort: host}
 	}
 	if l.Namespace, err = l.Mgmt.CreateNamespace(ctx, "lifecycle"); err != nil {
 		return l, err
 	}
-	l.infra = &infra{bootstrapSecret: cluster + "-caplb-agent", nodes: map[string]*Node{}, deps: &nodeDeps{
-		lab: l.net, topo: l.topo, ca: l.ca, bins: opts.Binaries, files: files, agentImage: AgentImage,
-		workload: &workload{env: l.Workload, client: l.WorkloadClient, hostPort: host},
-		vip:      func() string { return l.vip.String() },
-	}}
+	l.infra = &infra{bootstrapSecret: cluster + "-caplb-agent", nodes: map[string]*Node{}, deps: deps}
 	if l.capi, err = l.Mgmt.StartCAPIWith(ctx, harness.CAPIOptions{Infrastructure: func(mgr ctrl.Manager) error {
 		l.infra.client, l.infra.apiReader = mgr.GetClient(), mgr.GetAPIReader()
+		deps.mgmt = mgr.GetAPIReader()
 		return l.infra.setup(mgr)
 	}}); err != nil {
 		return l, err
+	}
+	if l.real != nil {
+		kctx, cancel := context.WithCancel(context.Background())
+		l.stopKCP = cancel
+		go l.runKCPCleanup(kctx, l.reportKCP)
 	}
 	if err := l.Mgmt.ApplyShippedRBAC(ctx); err != nil {
 		return l, err
@@ -140,12 +166,18 @@ func (l *Lab) Close() error {
 	if l.stopIPAM != nil {
 		l.stopIPAM()
 	}
+	if l.stopKCP != nil {
+		l.stopKCP()
+	}
 	l.manager.stop()
 	if l.capi != nil {
 		errs = append(errs, l.capi.Stop())
 	}
 	if l.infra != nil {
 		errs = append(errs, l.infra.destroyAll())
+	}
+	if l.real != nil && l.real.mgmtProxy != nil {
+		errs = append(errs, l.real.mgmtProxy.Close())
 	}
 	if l.net != nil {
 		errs = append(errs, l.net.Close())

@@ -41,13 +41,13 @@ func TestMain(m *testing.M) {
 // reopens), the VIP always has a holder and two only within a hand-over's drain, every
 // pre-drain hook released only after the data plane confirmed the member left (the scenario
 // checks that at the moment it sees the release), and nothing left behind.
-func runLifecycle(t *testing.T, backend Backend, name string) {
+func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 	lab.SkipUnlessRoot(t)
 	rt := &recordingT{T: t}
 	g := NewWithT(rt)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := Start(ctx, Options{Backend: backend, Binaries: bins, Name: name})
+	l, err := Start(ctx, Options{Backend: backend, Binaries: bins, Name: name, APIServer: api})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() {
 		if t.Failed() {
@@ -59,9 +59,9 @@ func runLifecycle(t *testing.T, backend Backend, name string) {
 			t.Errorf("closing the lab: %v", err)
 		}
 	}()
-	obs, err := RunObserved(ctx, l, func(s string) { t.Logf("==> %s", s) })
+	obs, err := RunObserved(ctx, l, func(s string) { t.Logf("%s ==> %s", time.Now().UTC().Format("15:04:05.000"), s) })
 	if dir := os.Getenv("CAPLB_LIFECYCLE_SVG_DIR"); dir != "" {
-		if f, ferr := os.Create(filepath.Join(dir, "lifecycle-"+string(backend)+".svg")); ferr == nil {
+		if f, ferr := os.Create(filepath.Join(dir, "lifecycle-"+string(backend)+"-"+string(api)+".svg")); ferr == nil {
 			_ = observe.RenderSVG(f, obs.Input)
 			f.Close()
 		}
@@ -69,6 +69,9 @@ func runLifecycle(t *testing.T, backend Backend, name string) {
 	var b []byte
 	_ = observe.Print(writerFunc(func(p []byte) (int, error) { b = append(b, p...); return len(p), nil }), obs.Result)
 	t.Logf("figures:\n%s", b)
+	if obs.Clients != nil {
+		t.Logf("client-go through the VIP: %+v", *obs.Clients)
+	}
 	g.Expect(err).NotTo(HaveOccurred())
 	r := obs.Result
 	g.Expect(r.Replacements).To(Equal(3))
@@ -82,9 +85,20 @@ func runLifecycle(t *testing.T, backend Backend, name string) {
 	g.Expect(failed).To(BeEmpty(), "no client request failed")
 	g.Expect(r.FailedRequests).To(BeZero())
 	g.Expect(r.HooksUnreleased).To(BeZero())
+	if api == Real {
+		c := obs.Clients
+		g.Expect(c).NotTo(BeNil(), "client-go ran through the VIP")
+		g.Expect(c.Writes).To(BeNumerically(">", 500), "the writer ran throughout")
+		g.Expect(c.FailedWrites).To(BeZero(), "no write failed (after client-go's own retries): %s", c.FirstFailure)
+		g.Expect(c.LostEvents).To(BeZero(), "the informer delivered every successful write")
+		g.Expect(c.StoreMatches).To(BeTrue(), "the informer's store ends at the writer's last state")
+		g.Expect(c.LeaderLosses).To(BeZero(), "the leader-elected loop never lost its Lease")
+	}
 	if backend == ARP {
 		g.Expect(*r.HolderLessMSMax).To(BeZero(), "the VIP always had a holder")
-		g.Expect(*r.DualOwnerMSMax).To(BeNumerically("<", 4000), "two holders only within a hand-over's drain")
+		// The sample's agent drain is 3 s (goaway-chance needs the time); a hand-over adds the
+		// gossip of the claim and up to 300 ms for busy connections to answer before the reset.
+		g.Expect(*r.DualOwnerMSMax).To(BeNumerically("<", 4500), "two holders only within a hand-over's drain")
 	}
 }
 
@@ -104,9 +118,13 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-func TestLifecycleARP(t *testing.T) { runLifecycle(t, ARP, "lcarp") }
+func TestLifecycleARP(t *testing.T) { runLifecycle(t, ARP, StandIn, "lcarp") }
 
 func TestLifecycleBGP(t *testing.T) {
 	bgplab.SkipUnlessFRR(t)
-	runLifecycle(t, BGP, "lcbgp")
+	runLifecycle(t, BGP, StandIn, "lcbgp")
 }
+
+// The same life in front of a real control plane: kubeadm-made etcd and kube-apiservers on
+// every machine, the workload cluster behind the VIP, client-go clients counting failures.
+func TestLifecycleRealARP(t *testing.T) { runLifecycle(t, ARP, Real, "lcrarp") }

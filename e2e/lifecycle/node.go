@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,6 +56,8 @@ type Node struct {
 	failFile, rootfs string
 	deps             *nodeDeps
 	providerID       string
+	// cp is the real control plane's part of the machine (nil with the stand-in).
+	cp *cpMachine
 }
 
 // nodeDeps is what booting a machine needs from the lab.
@@ -69,12 +72,20 @@ type nodeDeps struct {
 	// controlPlaneEndpoint host there).
 	vip        func() string
 	agentImage string
+	// real makes machines run a real control plane (nil: the stand-in API server); the
+	// management client and the cluster's name find its CA Secrets, scheme reads Nodes.
+	real        *realCP
+	mgmt        client.Reader
+	clusterName string
+	scheme      *runtime.Scheme
 }
 
 // boot brings up the machine: its network, the files its bootstrap writes, what kubeadm and the
 // kubelet put on a control-plane node, the agent's static pod and the stand-in API server; and
 // it registers the Node as the kubelet does.
-func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID string, secret *corev1.Secret) (n *Node, err error) {
+// With a real control plane, kubeadm makes the machine instead (bootRealCP); others are the
+// running machines.
+func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID string, secret *corev1.Secret, others []*Node) (n *Node, err error) {
 	n = &Node{Name: name, Index: index, deps: d, providerID: providerID,
 		Root:     filepath.Join(d.lab.Dir(), "machines", name, "root"),
 		rootfs:   filepath.Join(d.lab.Dir(), "machines", name, "rootfs"),
@@ -98,6 +109,9 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 	// cloud-init: the bootstrap's write_files.
 	if err := writeBootFiles(n.Root, d.files, secret); err != nil {
 		return n, err
+	}
+	if d.real != nil {
+		return n, d.bootRealCP(ctx, n, secret.Namespace, others)
 	}
 	// kubeadm: the cluster CA, the API server's serving certificate (kubeadm's SANs: node name,
 	// kubernetes*, the service IP, the advertise address, the endpoint), the kubelet's
@@ -136,7 +150,8 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 		"-fail-file", n.failFile}, nil); err != nil {
 		return n, err
 	}
-	if err := d.workload.registerNode(ctx, name, providerID, n.Addr); err != nil {
+	labels := map[string]string{corev1.LabelHostname: name, "node-role.kubernetes.io/control-plane": ""}
+	if err := registerNode(ctx, d.workload.client, name, providerID, n.Addr, labels); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -151,8 +166,12 @@ func (n *Node) startAgent() error {
 	return err
 }
 
-// SetHealthy makes the node's API server /readyz pass or fail.
+// SetHealthy makes the node's API server /readyz pass or fail; a real one is stopped and
+// started again.
 func (n *Node) SetHealthy(ok bool) error {
+	if n.cp != nil {
+		return n.setAPIHealthy(ok)
+	}
 	if ok {
 		if err := os.Remove(n.failFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -165,7 +184,11 @@ func (n *Node) SetHealthy(ok bool) error {
 // destroy is the machine's deletion by its infrastructure: everything on it stops at once.
 func (n *Node) destroy() error {
 	var errs []error
-	for _, p := range []*lab.Process{n.kubelet, n.standin} {
+	procs := []*lab.Process{n.kubelet, n.standin}
+	if n.cp != nil {
+		procs = append(procs, n.cp.apiserver, n.cp.etcd)
+	}
+	for _, p := range procs {
 		if p != nil {
 			_ = p.Stop(time.Second)
 		}
@@ -234,18 +257,17 @@ func (w *workload) grantOwnNode(ctx context.Context, name, user string) error {
 	return nil
 }
 
-// registerNode creates the Node with its address and a Ready status, as the kubelet's first
-// start does (the kubelet's --node-ip pins the InternalIP to the machine's own address).
-func (w *workload) registerNode(ctx context.Context, name, providerID string, addr netip.Addr) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		corev1.LabelHostname: name, "node-role.kubernetes.io/control-plane": ""}},
+// registerNode creates the Node with its address and a Ready status through c, as the kubelet's
+// first start does (the kubelet's --node-ip pins the InternalIP to the machine's own address).
+func registerNode(ctx context.Context, c client.Client, name, providerID string, addr netip.Addr, labels map[string]string) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.NodeSpec{ProviderID: providerID}}
-	if err := w.client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("registering Node %s: %w", name, err)
 	}
-	if err := w.client.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(node), node); err != nil {
 		return err
 	}
-	return testinfra.SetNodeReady(ctx, w.client, node, true, []corev1.NodeAddress{
+	return testinfra.SetNodeReady(ctx, c, node, true, []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: addr.String()}, {Type: corev1.NodeHostName, Address: name}})
 }

@@ -12,6 +12,7 @@ import (
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
+	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
 )
 
 // Observed is a scenario run with its client's and sampler's record.
@@ -20,6 +21,8 @@ type Observed struct {
 	Input    observe.Input
 	Result   observe.Result
 	Failures []observe.Sample
+	// Clients is what client-go saw through the VIP (a real control plane only).
+	Clients *clients.Result
 }
 
 // stepLogger is observe.Recorder that also prints steps as they happen.
@@ -48,16 +51,20 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	defer stop()
 	go l.watchMachines(sctx, rec)
 	var prober *observe.Prober
+	var cg *clients.Run
 	s := &Scenario{Lab: l, Recorder: stepLogger{rec, log}, AfterBootstrap: func() error {
 		var err error
 		prober, err = observe.NewProber(observe.ProberOptions{URL: l.APIURL(), CAPEM: l.CAPEM(),
-			Dial: l.DialClient, RetryIdempotent: true})
+			Dial: l.DialClient, RetryIdempotent: true, NoStream: l.real != nil})
 		if err != nil {
 			return err
 		}
 		prober.Start(sctx)
 		go rec.SampleHolders(sctx, 10*time.Millisecond, l.Holders)
-		return nil
+		if l.real != nil {
+			cg, err = l.startClients(sctx)
+		}
+		return err
 	}}
 	rep, err := s.Run(ctx)
 	out.Report = rep
@@ -65,6 +72,10 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 		prober.Stop()
 		out.Failures = prober.Failures()
 		out.Input.Samples = prober.Samples()
+	}
+	if cg != nil {
+		res := cg.Stop(30 * time.Second)
+		out.Clients = &res
 	}
 	stop()
 	rec.Stop()

@@ -51,7 +51,13 @@ type Cluster struct {
 	Kubeadm string
 	// KubernetesVersion is the version kubeadm writes into the manifests (v1.36.3).
 	KubernetesVersion string
+	// APIServerArgs are ClusterConfiguration.apiServer.extraArgs (a KubeadmControlPlane's
+	// kubeadmConfigSpec.clusterConfiguration.apiServer.extraArgs), in order.
+	APIServerArgs []Arg
 }
+
+// Arg is one of kubeadm's extraArgs.
+type Arg struct{ Name, Value string }
 
 // Machine is one control-plane machine: its node name, the address it advertises, and its root.
 type Machine struct {
@@ -87,6 +93,41 @@ func (c Cluster) Init(ctx context.Context, m Machine, on Runner) error {
 	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "etcd local", "control-plane apiserver")
 }
 
+// NewSharedKeys makes the cluster's shared keys the way KubeadmControlPlane does before its
+// first Machine (it keeps them in the cluster's CA Secrets): kubeadm's CA phases run in dir, a
+// scratch root. on runs kubeadm (any lab namespace).
+func (c Cluster) NewSharedKeys(ctx context.Context, dir string, on Runner) (map[string][]byte, error) {
+	m := Machine{Name: c.Name + "-keys", Addr: c.Endpoint, Root: dir}
+	if err := c.writeConfig(m, nil); err != nil {
+		return nil, err
+	}
+	if err := c.phases(ctx, m, on, "certs ca", "certs sa", "certs front-proxy-ca", "certs etcd-ca"); err != nil {
+		return nil, err
+	}
+	return ReadShared(m)
+}
+
+// InitWithKeys is Init on a first machine whose bootstrap wrote the cluster's shared keys (as
+// KubeadmControlPlane's does): kubeadm keeps them and makes the rest. It also writes the
+// kubelet's kubeconfig (system:node:<name>), as kubeadm init does for the node's kubelet.
+func (c Cluster) InitWithKeys(ctx context.Context, m Machine, on Runner, shared map[string][]byte) error {
+	if err := writeShared(m, shared); err != nil {
+		return err
+	}
+	if err := c.writeConfig(m, nil); err != nil {
+		return err
+	}
+	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
+		"etcd local", "control-plane apiserver")
+}
+
+// MarkControlPlane runs kubeadm's mark-control-plane phase once m's Node is registered: the
+// control-plane role label and taint, set with admin.conf as kubeadm init and join set them
+// (a kubelet may not label itself so).
+func (c Cluster) MarkControlPlane(ctx context.Context, m Machine, on Runner) error {
+	return c.phases(ctx, m, on, "mark-control-plane")
+}
+
 // UploadConfig runs, once the first API server is ready, what kubeadm init does next: it
 // uploads the ClusterConfiguration (kubeadm-config) and — through super-admin.conf — binds the
 // group of admin.conf's user (kubeadm:cluster-admins) to cluster-admin. Until then admin.conf
@@ -99,15 +140,28 @@ func (c Cluster) UploadConfig(ctx context.Context, m Machine, on Runner) error {
 type EtcdMember struct{ Name, PeerURL string }
 
 // Join writes a joining machine's files: the shared keys (as KubeadmControlPlane's bootstrap
-// writes them), then kubeadm generates its own certificates from them, and the manifests of an
+// writes them), then kubeadm generates its own certificates and kubeconfigs (admin, and the
+// kubelet's, which a real join gets by TLS bootstrap) from them, and the manifests of an
 // etcd member that joins the running cluster (initial-cluster: the members plus itself,
 // initial-cluster-state: existing — what `kubeadm join` computes) and of the API server. The
 // caller adds the member to etcd as a learner before starting it (see Etcd.AddLearner).
 func (c Cluster) Join(ctx context.Context, m Machine, on Runner, shared map[string][]byte, members []EtcdMember) error {
+	if err := writeShared(m, shared); err != nil {
+		return err
+	}
+	if err := c.writeConfig(m, append(append([]EtcdMember(nil), members...), EtcdMember{m.Name, m.PeerURL()})); err != nil {
+		return err
+	}
+	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig kubelet", "etcd local", "control-plane apiserver")
+}
+
+// writeShared writes the shared keys where kubeadm looks for them, as a bootstrap's
+// write_files does (keys 0600).
+func writeShared(m Machine, shared map[string][]byte) error {
 	for _, name := range SharedFiles {
 		b, ok := shared[name]
 		if !ok {
-			return fmt.Errorf("joining %s: shared file %s missing", m.Name, name)
+			return fmt.Errorf("machine %s: shared file %s missing", m.Name, name)
 		}
 		mode := os.FileMode(0o644)
 		if strings.HasSuffix(name, ".key") {
@@ -117,10 +171,7 @@ func (c Cluster) Join(ctx context.Context, m Machine, on Runner, shared map[stri
 			return err
 		}
 	}
-	if err := c.writeConfig(m, append(append([]EtcdMember(nil), members...), EtcdMember{m.Name, m.PeerURL()})); err != nil {
-		return err
-	}
-	return c.phases(ctx, m, on, "certs all", "etcd local", "control-plane apiserver")
+	return nil
 }
 
 // ReadShared reads the shared keys from a machine that has them.
@@ -175,6 +226,13 @@ func (c Cluster) writeConfig(m Machine, joining []EtcdMember) error {
       value: existing
 `, strings.Join(ic, ","))
 	}
+	apiArgs := ""
+	if len(c.APIServerArgs) > 0 {
+		apiArgs = "apiServer:\n  extraArgs:\n"
+		for _, a := range c.APIServerArgs {
+			apiArgs += fmt.Sprintf("  - name: %s\n    value: %q\n", a.Name, a.Value)
+		}
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 localAPIEndpoint:
@@ -195,10 +253,10 @@ networking:
   dnsDomain: cluster.local
   serviceSubnet: 10.96.0.0/12
   podSubnet: 192.168.0.0/16
-etcd:
+%[9]setcd:
   local:
     dataDir: /var/lib/etcd
-%[8]s`, m.Addr, APIPort, m.Name, c.Name, c.KubernetesVersion, hostPort(c.Endpoint, APIPort), PKIDir, etcdArgs)
+%[8]s`, m.Addr, APIPort, m.Name, c.Name, c.KubernetesVersion, hostPort(c.Endpoint, APIPort), PKIDir, etcdArgs, apiArgs)
 	return writeFile(m.Path(ConfigPath), []byte(cfg), 0o600)
 }
 

@@ -90,6 +90,9 @@ type ProberOptions struct {
 	// a broken connection is then a failure, as it is for any request that
 	// cannot be resent (a POST), which is what the kept loop is there to see.
 	RetryIdempotent bool
+	// NoStream leaves out the /stream loop (only the stand-in serves it; against a real API
+	// server client-go's informer watches instead).
+	NoStream bool
 }
 
 // Prober requests the API through the VIP from three loops: a fresh
@@ -153,10 +156,13 @@ func NewProber(o ProberOptions) (*Prober, error) {
 // Start starts the three loops; they run until ctx ends or Stop.
 func (p *Prober) Start(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
-	p.wg.Add(3)
+	p.wg.Add(2)
 	go p.loop(ctx, Fresh, p.fresh)
 	go p.loop(ctx, Kept, p.kept)
-	go p.streamLoop(ctx)
+	if !p.opts.NoStream {
+		p.wg.Add(1)
+		go p.streamLoop(ctx)
+	}
 }
 
 // Stop stops the loops and waits for them. Requests cut short by Stop are

@@ -46,8 +46,10 @@ type Result struct {
 	// replaced a connection that broke with its streams (HTTP/2 multiplexes them on one).
 	Connections  int `json:"connections"`
 	StreamsReset int `json:"streams_reset"`
-	// FirstFailure is the first failed write's error, for the report.
-	FirstFailure string `json:"first_failure,omitempty"`
+	// FirstFailure is the first failed write's error, for the report; FailedAt when each failed
+	// write returned (to set beside the timeline).
+	FirstFailure string      `json:"first_failure,omitempty"`
+	FailedAt     []time.Time `json:"failed_at,omitempty"`
 }
 
 // Run is the clients at work.
@@ -181,6 +183,7 @@ func (r *Run) result() Result {
 	for _, w := range writes {
 		if w.err != nil {
 			res.FailedWrites++
+			res.FailedAt = append(res.FailedAt, w.at)
 			if res.FirstFailure == "" {
 				res.FirstFailure = w.err.Error()
 			}

@@ -1,0 +1,437 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/caplb/caplb/config/samples"
+	"github.com/caplb/caplb/e2e/envtest"
+	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/kubeadm"
+)
+
+// APIServer is what runs on the lab's machines behind the VIP.
+type APIServer string
+
+const (
+	// StandIn is the lab's stand-in API server (e2e/lab/standin): fast, no etcd; the workload
+	// cluster is a separate test API server.
+	StandIn APIServer = "standin"
+	// Real is a control plane made by real kubeadm: etcd and kube-apiserver from kubeadm's
+	// manifests on every machine, one etcd cluster, and the workload cluster is that control
+	// plane itself, reached through the VIP.
+	Real APIServer = "real"
+)
+
+// APIServerFromEnv reads CAPLB_LAB_APISERVER ("standin" or "real"; empty: def).
+func APIServerFromEnv(def APIServer) (APIServer, error) {
+	switch v := APIServer(os.Getenv("CAPLB_LAB_APISERVER")); v {
+	case "":
+		return def, nil
+	case StandIn, Real:
+		return v, nil
+	default:
+		return "", fmt.Errorf("CAPLB_LAB_APISERVER=%q: use %q or %q", v, StandIn, Real)
+	}
+}
+
+// kcpCleanupHook is KubeadmControlPlane's pre-terminate hook: KCP removes a deleted Machine's
+// etcd member while the Machine controller waits on it, after drain and before the machine goes.
+const kcpCleanupHook = clusterv1.PreTerminateDeleteHookAnnotationPrefix + "/kcp-cleanup"
+
+// realCP is the lab's part of KubeadmControlPlane for a real control plane: the cluster's shared
+// keys (its CA Secrets), the kubeconfig Secret, etcd membership as machines join and leave.
+type realCP struct {
+	cluster kubeadm.Cluster
+	bins    kubeadm.Binaries
+	scratch string
+	shared  map[string][]byte
+	// mgmtProxy carries the management side (CAPI's ClusterCache, the manager) to the VIP.
+	mgmtProxy *lab.APIProxy
+	// admin is kubeadm's admin.conf of the first machine (server: the endpoint).
+	admin []byte
+}
+
+func newRealCP(dir, podrun, sample string) (*realCP, error) {
+	bin, err := envtest.BinaryDir()
+	if err != nil {
+		return nil, err
+	}
+	args, err := sampleAPIServerArgs(sample)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(bin, "kubeadm")); err != nil {
+		return nil, fmt.Errorf("the real control plane needs kubeadm in %s: run `make testbin` (%w)", bin, err)
+	}
+	return &realCP{
+		cluster: kubeadm.Cluster{Kubeadm: filepath.Join(bin, "kubeadm"), KubernetesVersion: envtest.K8sVersion, APIServerArgs: args},
+		bins: kubeadm.Binaries{Podrun: podrun, Etcd: filepath.Join(bin, "etcd"),
+			APIServer: filepath.Join(bin, "kube-apiserver")},
+		scratch: filepath.Join(dir, "pods"),
+	}, nil
+}
+
+// caSecrets maps the cluster's CA Secrets (KCP's names and keys) to kubeadm's files.
+var caSecrets = []struct{ suffix, crt, key string }{
+	{"ca", "ca.crt", "ca.key"},
+	{"etcd", "etcd/ca.crt", "etcd/ca.key"},
+	{"proxy", "front-proxy-ca.crt", "front-proxy-ca.key"},
+	{"sa", "sa.pub", "sa.key"},
+}
+
+// setUp runs once the endpoint is known, before any Machine: KCP's keys and kubeconfig. The
+// management side reaches the endpoint through a proxy dialling from the client's namespace,
+// so the kubeconfig names the proxy and verifies the server as the endpoint's address.
+func (l *Lab) setUpRealCP(ctx context.Context) error {
+	r := l.real
+	r.cluster.Name, r.cluster.Endpoint = l.ClusterName, l.vip
+	shared, err := r.cluster.NewSharedKeys(ctx, filepath.Join(l.net.Dir(), "keys"), l.topo.client)
+	if err != nil {
+		return fmt.Errorf("the cluster's keys: %w", err)
+	}
+	r.shared = shared
+	for _, s := range caSecrets {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.ClusterName + "-" + s.suffix,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: l.ClusterName}},
+			Type: clusterv1.ClusterSecretType,
+			Data: map[string][]byte{"tls.crt": shared[s.crt], "tls.key": shared[s.key]}}
+		if err := l.Mgmt.Client.Create(ctx, sec); err != nil {
+			return fmt.Errorf("CA Secret %s: %w", sec.Name, err)
+		}
+	}
+	endpoint := netip.AddrPortFrom(l.vip, apiPort).String()
+	if r.mgmtProxy, err = lab.ProxyOut(l.topo.client, "127.0.0.1:0", endpoint); err != nil {
+		return err
+	}
+	caCert, caKey, err := parseCA(shared["ca.crt"], shared["ca.key"])
+	if err != nil {
+		return err
+	}
+	kc, err := kubeconfig.New(l.ClusterName, "https://"+r.mgmtProxy.Addr(), caCert, caKey)
+	if err != nil {
+		return err
+	}
+	for _, c := range kc.Clusters {
+		c.TLSServerName = l.vip.String()
+	}
+	b, err := clientcmd.Write(*kc)
+	if err != nil {
+		return err
+	}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.ClusterName}}
+	if err := l.Mgmt.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+		return err
+	}
+	if err := l.Mgmt.Client.Create(ctx, kubeconfig.GenerateSecret(cluster, b)); err != nil {
+		return fmt.Errorf("the workload kubeconfig Secret: %w", err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 5 * time.Second
+	l.WorkloadClient, err = client.New(cfg, client.Options{Scheme: l.Mgmt.Scheme})
+	return err
+}
+
+func parseCA(crtPEM, keyPEM []byte) (*x509.Certificate, crypto.Signer, error) {
+	b, _ := pem.Decode(crtPEM)
+	if b == nil {
+		return nil, nil, errors.New("cluster CA: no PEM certificate")
+	}
+	crt, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, _ := pem.Decode(keyPEM)
+	if k == nil {
+		return nil, nil, errors.New("cluster CA: no PEM key")
+	}
+	var key any
+	if key, err = x509.ParsePKCS8PrivateKey(k.Bytes); err != nil {
+		if key, err = x509.ParsePKCS1PrivateKey(k.Bytes); err != nil {
+			if key, err = x509.ParseECPrivateKey(k.Bytes); err != nil {
+				return nil, nil, fmt.Errorf("cluster CA key: %w", err)
+			}
+		}
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, errors.New("cluster CA key cannot sign")
+	}
+	return crt, signer, nil
+}
+
+// sharedFromSecrets reads the cluster's keys from its CA Secrets, as KCP's bootstrap puts them
+// in a new machine's write_files.
+func (d *nodeDeps) sharedFromSecrets(ctx context.Context, namespace string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, s := range caSecrets {
+		sec := &corev1.Secret{}
+		if err := d.mgmt.Get(ctx, client.ObjectKey{Namespace: namespace, Name: d.clusterName + "-" + s.suffix}, sec); err != nil {
+			return nil, fmt.Errorf("CA Secret %s-%s: %w", d.clusterName, s.suffix, err)
+		}
+		out[s.crt], out[s.key] = sec.Data["tls.crt"], sec.Data["tls.key"]
+	}
+	return out, nil
+}
+
+// cpMachine is what a real control-plane machine runs besides the agent.
+type cpMachine struct {
+	kubeadm.Machine
+	etcd, apiserver *lab.Process
+}
+
+// bootRealCP makes n a control-plane machine with kubeadm, as `kubeadm init` (the first) or
+// `kubeadm join --control-plane` (the others) would, and registers its Node as its kubelet.
+func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, others []*Node) error {
+	r := d.real
+	shared, err := d.sharedFromSecrets(ctx, namespace)
+	if err != nil {
+		return err
+	}
+	n.cp = &cpMachine{Machine: kubeadm.Machine{Name: n.Name, Addr: n.Addr, Root: n.Root}}
+	var via *Node
+	for _, o := range others {
+		if o.cp != nil && o.cp.apiserver != nil {
+			via = o
+			break
+		}
+	}
+	var learner uint64
+	var etcd *kubeadm.Etcd
+	if via == nil {
+		if err := r.cluster.InitWithKeys(ctx, n.cp.Machine, n.NS, shared); err != nil {
+			return err
+		}
+	} else {
+		if etcd, err = kubeadm.NewEtcd(via.cp.Machine, via.NS.DialContext, via.cp.ClientURL()); err != nil {
+			return err
+		}
+		defer etcd.Close()
+		id, initial, err := etcd.AddLearner(ctx, n.cp.Machine)
+		if err != nil {
+			return fmt.Errorf("adding %s's etcd member as a learner: %w", n.Name, err)
+		}
+		learner = id
+		if err := r.cluster.Join(ctx, n.cp.Machine, n.NS, shared, initial); err != nil {
+			return err
+		}
+	}
+	// The kubelet starts every static pod once kubeadm wrote its kubeconfig: the agent's (the
+	// bootstrap wrote it) beside kubeadm's.
+	if err := n.startAgent(); err != nil {
+		return err
+	}
+	if err := n.startControlPlane(); err != nil {
+		return err
+	}
+	if etcd != nil {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := etcd.Promote(pctx, learner)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("promoting %s's etcd learner: %w", n.Name, err)
+		}
+	}
+	if err := n.waitAPIReady(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	if via == nil {
+		if err := r.cluster.UploadConfig(ctx, n.cp.Machine, n.NS); err != nil {
+			return err
+		}
+		if r.admin, err = os.ReadFile(n.cp.Path(kubeadm.AdminConfPath)); err != nil {
+			return err
+		}
+	}
+	if err := n.registerAsKubelet(ctx); err != nil {
+		return err
+	}
+	return r.cluster.MarkControlPlane(ctx, n.cp.Machine, n.NS)
+}
+
+// startControlPlane runs kubeadm's etcd and kube-apiserver manifests through the lab's kubelet.
+func (n *Node) startControlPlane() (err error) {
+	k := kubeadm.Kubelet{NS: n.NS, Machine: n.cp.Machine, Bins: n.deps.real.bins, Scratch: n.deps.real.scratch}
+	if n.cp.etcd == nil {
+		if n.cp.etcd, err = k.Start(kubeadm.EtcdManifest); err != nil {
+			return err
+		}
+	}
+	n.cp.apiserver, err = k.Start(kubeadm.APIManifest)
+	return err
+}
+
+// waitAPIReady polls the machine's own /readyz (from the machine, verified with the cluster CA
+// for the machine's address, a SAN of kubeadm's serving certificate).
+func (n *Node) waitAPIReady(ctx context.Context, timeout time.Duration) error {
+	ca, err := os.ReadFile(n.cp.Path(filepath.Join(kubeadm.PKIDir, "ca.crt")))
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: n.NS.DialContext,
+		DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	url := "https://" + netip.AddrPortFrom(n.Addr, apiPort).String() + "/readyz"
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = getOK(ctx, hc, url); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s: kube-apiserver not ready within %v: %w", n.Name, timeout, last)
+}
+
+func getOK(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+// registerAsKubelet creates the machine's Node with kubeadm's kubelet.conf (system:node:<name>,
+// under the Node authorizer and NodeRestriction), as the kubelet's first start does: its
+// providerID, hostname label and addresses, and a Ready status.
+func (n *Node) registerAsKubelet(ctx context.Context) error {
+	b, err := os.ReadFile(n.cp.Path("/etc/kubernetes/kubelet.conf"))
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
+	if err != nil {
+		return fmt.Errorf("%s: kubelet.conf: %w", n.Name, err)
+	}
+	cfg.Dial, cfg.Timeout = n.NS.DialContext, 5*time.Second
+	c, err := client.New(cfg, client.Options{Scheme: n.deps.scheme})
+	if err != nil {
+		return err
+	}
+	var last error
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if last = registerNode(ctx, c, n.Name, n.providerID, n.Addr, map[string]string{corev1.LabelHostname: n.Name}); last == nil {
+			return nil
+		}
+		if strings.Contains(last.Error(), "forbidden") {
+			return last
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("%s: registering its Node: %w", n.Name, last)
+}
+
+// setAPIHealthy stops (as a restart of the static pod would) or starts the machine's
+// kube-apiserver.
+func (n *Node) setAPIHealthy(ok bool) error {
+	if ok {
+		if n.cp.apiserver != nil {
+			return nil
+		}
+		return n.startControlPlane()
+	}
+	if n.cp.apiserver == nil {
+		return nil
+	}
+	err := n.cp.apiserver.Stop(30 * time.Second)
+	n.cp.apiserver = nil
+	return err
+}
+
+// removeEtcdMember removes n's etcd member as KCP does in its pre-terminate step (leadership
+// moved off it first), through a surviving machine.
+func (l *Lab) removeEtcdMember(ctx context.Context, n *Node) error {
+	var via *Node
+	var endpoints []string
+	for _, o := range l.Nodes() {
+		if o != n && o.cp != nil && o.cp.apiserver != nil {
+			if via == nil {
+				via = o
+			}
+			endpoints = append(endpoints, o.cp.ClientURL())
+		}
+	}
+	if via == nil {
+		return nil // the last machine: KCP removes no member
+	}
+	e, err := kubeadm.NewEtcd(via.cp.Machine, via.NS.DialContext, endpoints...)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	return e.Remove(ctx, n.cp.Machine)
+}
+
+// sampleAPIServerArgs reads the API server flags of the sample's KubeadmControlPlane
+// (kubeadmConfigSpec.clusterConfiguration.apiServer.extraArgs): the lab's kubeadm runs with
+// exactly what the shipped sample asks for.
+func sampleAPIServerArgs(sample string) ([]kubeadm.Arg, error) {
+	data, err := samples.FS.ReadFile(sample)
+	if err != nil {
+		return nil, err
+	}
+	var out []kubeadm.Arg
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if u.GetKind() != "KubeadmControlPlane" {
+			continue
+		}
+		list, _, _ := unstructured.NestedSlice(u.Object, "spec", "kubeadmConfigSpec", "clusterConfiguration", "apiServer", "extraArgs")
+		for i, item := range list {
+			m, _ := item.(map[string]any)
+			name, _, _ := unstructured.NestedString(m, "name")
+			value, _, _ := unstructured.NestedString(m, "value")
+			if name == "" {
+				return nil, fmt.Errorf("sample %s: apiServer.extraArgs[%d] has no name", sample, i)
+			}
+			out = append(out, kubeadm.Arg{Name: name, Value: value})
+		}
+	}
+	return out, nil
+}
