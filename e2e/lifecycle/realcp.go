@@ -115,15 +115,6 @@ func (l *Lab) setUpRealCP(ctx context.Context) error {
 		return fmt.Errorf("the cluster's keys: %w", err)
 	}
 	r.shared = shared
-	for _, s := range caSecrets {
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.ClusterName + "-" + s.suffix,
-			Labels: map[string]string{clusterv1.ClusterNameLabel: l.ClusterName}},
-			Type: clusterv1.ClusterSecretType,
-			Data: map[string][]byte{"tls.crt": shared[s.crt], "tls.key": shared[s.key]}}
-		if err := l.Mgmt.Client.Create(ctx, sec); err != nil {
-			return fmt.Errorf("CA Secret %s: %w", sec.Name, err)
-		}
-	}
 	endpoint := netip.AddrPortFrom(l.vip, apiPort).String()
 	if r.mgmtProxy, err = lab.ProxyOut(l.topo.client, "127.0.0.1:0", endpoint); err != nil {
 		return err
@@ -149,6 +140,18 @@ func (l *Lab) setUpRealCP(ctx context.Context) error {
 	}
 	if err := l.Mgmt.Client.Create(ctx, kubeconfig.GenerateSecret(cluster, b)); err != nil {
 		return fmt.Errorf("the workload kubeconfig Secret: %w", err)
+	}
+	// The CA Secrets after the kubeconfig: CAPI's Cluster controller writes a kubeconfig itself
+	// for a Cluster without a control plane object as soon as <cluster>-ca exists, and the
+	// management side must use this one (it goes through the lab's proxy).
+	for _, s := range caSecrets {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.ClusterName + "-" + s.suffix,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: l.ClusterName}},
+			Type: clusterv1.ClusterSecretType,
+			Data: map[string][]byte{"tls.crt": shared[s.crt], "tls.key": shared[s.key]}}
+		if err := l.Mgmt.Client.Create(ctx, sec); err != nil {
+			return fmt.Errorf("CA Secret %s: %w", sec.Name, err)
+		}
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
 	if err != nil {
