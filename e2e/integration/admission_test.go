@@ -137,6 +137,10 @@ func testAdmission(t *testing.T, s *suite) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{"probeInterval": "1h"}}}}
 		}, []string{"agent.timers.probeInterval must be between 10ms and 10s"}},
+		{"agent busy drain out of range", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{"busyDrain": "10m"}}}}
+		}, []string{"agent.timers.busyDrain must be between 0s and 5m"}},
 		{"bgp hold time below RFC 4271's minimum", func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
@@ -372,7 +376,7 @@ func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
 		{"arp VIP public", vip("198.51.100.10", map[string]any{"arp": map[string]any{}})},
 		{"arp spread", vip("10.0.0.10", map[string]any{"arp": map[string]any{"loadBalancing": "spread"}})},
 		{"arp timers", vip("10.0.0.10", map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{
-			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms"}}}})},
+			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms", "busyDrain": "20s"}}}})},
 		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},
 		{"bgp keepalive below the default hold time", vip("10.0.0.10", peer(map[string]any{"keepaliveTime": "3s"}))},
 		{"bgp BFD", vip("10.0.0.10", peer(map[string]any{"bfd": map[string]any{"minRx": "300ms", "minTx": "100ms", "multiplier": int64(3)}}))},

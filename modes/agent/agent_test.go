@@ -114,6 +114,8 @@ type fakeDP struct {
 	// handovers and window record each Desired.HandOver.
 	handovers []netip.Addr
 	window    time.Duration
+	// busy is what BusyConnections answers.
+	busy int
 }
 
 func (d *fakeDP) Sync(_ context.Context, des dataplane.Desired) error {
@@ -127,6 +129,11 @@ func (d *fakeDP) Sync(_ context.Context, des dataplane.Desired) error {
 	return nil
 }
 func (d *fakeDP) Status() dataplane.Status { return dataplane.Status{} }
+func (d *fakeDP) BusyConnections() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.busy
+}
 func (d *fakeDP) Close(context.Context) error {
 	d.mu.Lock()
 	d.closed, d.announce = true, false

@@ -21,6 +21,9 @@ const (
 	// needProbe: a bootstrap claim is due once nobody answers for the VIP
 	// (inputs.probe).
 	needProbe
+	// needBusy: a draining holder with quiesce.busyDrain counts the
+	// connections that still carry requests (inputs.busy).
+	needBusy
 )
 
 // decide returns whether this node should hold the VIPs and why, updating
@@ -96,14 +99,13 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 	case !st.holding:
 		return false, "not eligible: " + r.ineligibleReason(*st, in), needNothing
 	}
-	want, reason := r.handOver(st, in, v)
-	return want, reason, needNothing
+	return r.handOver(st, in, v)
 }
 
 // handOver decides for a holder that is not eligible: make-before-break.
 // It keeps the VIPs until another member announces them (plus the drain
 // period), so that clients never find nobody at the VIP.
-func (r rules) handOver(st *loopState, in inputs, v election.View) (bool, string) {
+func (r rules) handOver(st *loopState, in inputs, v election.View) (bool, string, need) {
 	now, self := in.now, r.cfg.NodeName
 	successor, candidate := "", false
 	for _, m := range v.Members {
@@ -120,13 +122,7 @@ func (r rules) handOver(st *loopState, in inputs, v election.View) (bool, string
 		if st.successor != successor {
 			st.successor, st.successorAt = successor, now
 		}
-		// The drain applies to every hand-over (quiesce, exit, unhealthy):
-		// we are quiet already, so it only serves stragglers whose caches
-		// have not moved yet.
-		if now.Sub(st.successorAt) >= r.cfg.Quiesce.Drain.Duration {
-			return false, fmt.Sprintf("handed over to %s (%s)", successor, r.ineligibleReason(*st, in))
-		}
-		return true, fmt.Sprintf("draining: %s announces the VIPs", successor)
+		return r.drain(st, in, successor)
 	}
 	st.successor, st.successorAt = "", time.Time{}
 	waited := now.Sub(st.handoverStart)
@@ -142,20 +138,47 @@ func (r rules) handOver(st *loopState, in inputs, v election.View) (bool, string
 		// owner's drain, leaving two holders with nobody to hand over to;
 		// the less preferred one lets go.
 		if other := holderAhead(v, self); other != "" {
-			return false, fmt.Sprintf("fail-open: %s, preferred over this node, keeps the VIP", other)
+			return false, fmt.Sprintf("fail-open: %s, preferred over this node, keeps the VIP", other), needNothing
 		}
 		st.lastFailOpen = true
-		return true, "fail-open: local API server unhealthy but no member is eligible; keeping the VIP"
+		return true, "fail-open: local API server unhealthy but no member is eligible; keeping the VIP", needNothing
 	case !in.healthy && !candidate:
-		return false, "local API server unhealthy and no eligible member to hand over to"
+		return false, "local API server unhealthy and no eligible member to hand over to", needNothing
 	case st.exiting && !candidate:
-		return false, "exiting and no eligible member to hand over to"
+		return false, "exiting and no eligible member to hand over to", needNothing
 	case (st.exiting || !in.healthy) && waited >= r.cfg.Quiesce.HandoverTimeout.Duration:
-		return false, fmt.Sprintf("no successor announced within %v (%s)", r.cfg.Quiesce.HandoverTimeout.Duration, r.ineligibleReason(*st, in))
+		return false, fmt.Sprintf("no successor announced within %v (%s)", r.cfg.Quiesce.HandoverTimeout.Duration, r.ineligibleReason(*st, in)), needNothing
 	case !candidate:
-		return true, "quiesce pending: no eligible member to hand over to"
+		return true, "quiesce pending: no eligible member to hand over to", needNothing
 	}
-	return true, "handing over: waiting for a successor to announce"
+	return true, "handing over: waiting for a successor to announce", needNothing
+}
+
+// drain decides for a holder whose successor announces the VIPs. The drain
+// applies to every hand-over (quiesce, exit, unhealthy): we are quiet
+// already, so it serves stragglers whose caches have not moved yet, and the
+// successor sends our established flows back to us. After it, with
+// quiesce.busyDrain, connections still carrying requests keep us holding
+// until they are gone or busyDrain ran out: the API server's GOAWAY moves
+// them without failing a request, where our reset at the release would fail
+// the writes in flight. The count is read on every step of the drain, so
+// that the data plane has a second of history when the drain ends.
+func (r rules) drain(st *loopState, in inputs, successor string) (bool, string, need) {
+	drained := in.now.Sub(st.successorAt)
+	busyDrain := r.cfg.Quiesce.BusyDrain.Duration
+	if busyDrain > 0 && drained < r.cfg.Quiesce.Drain.Duration+busyDrain {
+		if in.busy == nil {
+			return false, "", needBusy
+		}
+		if drained >= r.cfg.Quiesce.Drain.Duration && *in.busy > 0 {
+			return true, fmt.Sprintf("draining: %s announces the VIPs; %d connection(s) here still carry requests (until they move, at most %v more)",
+				successor, *in.busy, r.cfg.Quiesce.Drain.Duration+busyDrain-drained), needNothing
+		}
+	}
+	if drained >= r.cfg.Quiesce.Drain.Duration {
+		return false, fmt.Sprintf("handed over to %s (%s)", successor, r.ineligibleReason(*st, in)), needNothing
+	}
+	return true, fmt.Sprintf("draining: %s announces the VIPs", successor), needNothing
 }
 
 // decideBootstrap: with no membership yet, the first eligible node takes the

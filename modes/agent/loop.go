@@ -56,7 +56,8 @@ func (a *Agent) Run(ctx, force context.Context) (err error) {
 
 // iterate is one turn of the loop: gather, step, apply. The step is run
 // again, from the same state, when it needs I/O to decide (a direct-ping
-// round before a claim, the bootstrap probe).
+// round before a claim, the bootstrap probe, a draining holder's busy
+// connections).
 func (a *Agent) iterate(now time.Time, req requests) {
 	in := a.gather(now, req)
 	next, out := a.rules.step(a.st, in)
@@ -71,6 +72,9 @@ func (a *Agent) iterate(now time.Time, req requests) {
 		case out.needProbe:
 			res, err := a.prober.probe(a.rules.vips)
 			in.probe = &probeOutcome{res: res, err: err}
+		case out.needBusy:
+			n := a.dp.BusyConnections()
+			in.busy = &n
 		default:
 			a.apply(in, next, out)
 			return

@@ -98,6 +98,11 @@ type inputs struct {
 	// that two nodes that collided do not probe in step again.
 	probeJitter time.Duration
 
+	// busy is the data plane's count of connections to the VIPs that still
+	// carry requests, read while a holder drains with quiesce.busyDrain
+	// (nil: not read; output.needBusy asks for it).
+	busy *int
+
 	// spread is what the data plane reports of the spread mode's forwarding
 	// (nil when it does not spread).
 	spread *dataplane.SpreadStatus
@@ -125,6 +130,9 @@ type output struct {
 	// direct-ping round / the bootstrap probe; the loop runs it and steps
 	// again, from the same state, with its outcome in the inputs.
 	needConfirmation, needProbe bool
+	// needBusy: the drain cannot decide without the data plane's count of
+	// busy connections (inputs.busy).
+	needBusy bool
 	// metaBefore is gossiped before the Sync (eligibility, silence); after a
 	// change of role the new state's meta follows it.
 	metaBefore election.Meta

@@ -89,6 +89,9 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 	case needProbe:
 		out.needProbe = true
 		return st, out
+	case needBusy:
+		out.needBusy = true
+		return st, out
 	}
 	// Holding while not eligible is the hand-over: stay quiet so that the
 	// successor's announcements win the neighbours' caches. With nobody
@@ -196,7 +199,7 @@ func (r rules) handOverFrom(v election.View) *dataplane.HandOver {
 			continue
 		}
 		if addr := r.memberAddress(m); addr.IsValid() {
-			return &dataplane.HandOver{From: addr, Window: r.cfg.Quiesce.Drain.Duration + handoverRedirectMargin}
+			return &dataplane.HandOver{From: addr, Window: r.cfg.Quiesce.Drain.Duration + r.cfg.Quiesce.BusyDrain.Duration + handoverRedirectMargin}
 		}
 		return nil
 	}

@@ -99,6 +99,8 @@ type stepCase struct {
 	// want
 	holding  bool
 	needPing bool
+	// needBusy: the step asks for the data plane's busy connections.
+	needBusy bool
 	quiet    bool
 	// reason is found in the change's reason, or in what the step waits for.
 	reason   string
@@ -115,7 +117,8 @@ func runStepCases(t *testing.T, cases []stepCase) {
 			before := tc.st
 			st, out := r.step(tc.st, tc.in)
 			g.Expect(out.needConfirmation).To(Equal(tc.needPing), "asks for a direct-ping round")
-			if tc.needPing {
+			g.Expect(out.needBusy).To(Equal(tc.needBusy), "asks for the busy connections")
+			if tc.needPing || tc.needBusy {
 				g.Expect(st.holding).To(Equal(before.holding), "no decision without the pings")
 				return
 			}
@@ -132,7 +135,8 @@ func runStepCases(t *testing.T, cases []stepCase) {
 			if tc.handOver.IsValid() {
 				g.Expect(out.desired.HandOver).NotTo(BeNil())
 				g.Expect(out.desired.HandOver.From).To(Equal(tc.handOver))
-				g.Expect(out.desired.HandOver.Window).To(Equal(r.cfg.Quiesce.Drain.Duration + handoverRedirectMargin))
+				g.Expect(out.desired.HandOver.Window).To(Equal(r.cfg.Quiesce.Drain.Duration+r.cfg.Quiesce.BusyDrain.Duration+handoverRedirectMargin),
+					"the redirect lasts as long as the previous holder may drain")
 			} else {
 				g.Expect(out.desired.HandOver).To(BeNil())
 			}
@@ -169,6 +173,14 @@ func TestStepClaim(t *testing.T) {
 		{name: "no preemption: an eligible holder keeps the VIP",
 			st: settled(), in: moment(t0, self, peer("b", true, holdingPeer), peer("c", true, eligiblePeer))},
 		{name: "claiming from a holder that drains redirects its flows to it",
+			st:       staggerStarted,
+			in:       confirmed(moment(t0, peer("b", true, election.Meta{Holding: true, Quiescing: true}), self, peer("c", true, eligiblePeer))),
+			holding:  true,
+			handOver: netip.MustParseAddr("192.0.2.2")},
+		{name: "with quiesce.busyDrain the redirect lasts drain + busyDrain (+ margin)",
+			tweak: func(c *agentv1.AgentConfiguration) {
+				c.Quiesce.Drain.Duration, c.Quiesce.BusyDrain.Duration = 5*time.Second, 10*time.Second
+			},
 			st:       staggerStarted,
 			in:       confirmed(moment(t0, peer("b", true, election.Meta{Holding: true, Quiescing: true}), self, peer("c", true, eligiblePeer))),
 			holding:  true,
@@ -249,6 +261,38 @@ func TestStepHandOver(t *testing.T) {
 			check: func(g Gomega, st loopState, _ output) {
 				g.Expect(st.quorumSince).To(Equal(t0), "settles again from now")
 			}},
+	})
+}
+
+// TestStepBusyDrain: with quiesce.busyDrain a drained holder keeps the VIP,
+// quiet, while connections still carry requests, for at most busyDrain more.
+func TestStepBusyDrain(t *testing.T) {
+	busyDrain := func(c *agentv1.AgentConfiguration) {
+		c.Quiesce.Drain.Duration, c.Quiesce.BusyDrain.Duration = 5*time.Second, 10*time.Second
+	}
+	drainedFor := func(d time.Duration) loopState {
+		st := with2(owner(), func(s *loopState) { s.quiescing = true })
+		st.handingOver, st.successor, st.successorAt = true, "b", t0.Add(-d)
+		return st
+	}
+	busy := func(n int) func(*inputs) { return func(in *inputs) { in.busy = &n } }
+	successorHolds := moment(t0, self, peer("b", true, holdingPeer))
+	runStepCases(t, []stepCase{
+		{name: "during the drain the busy connections are counted (the data plane keeps a history)",
+			tweak: busyDrain, st: drainedFor(time.Second), in: successorHolds, needBusy: true},
+		{name: "during the drain, busy or not: holds, quiet",
+			tweak: busyDrain, st: drainedFor(time.Second), in: with(successorHolds, busy(0)), holding: true, quiet: true,
+			reason: "draining: b announces the VIPs"},
+		{name: "after the drain with busy connections: holds, quiet, saying how many and how long at most",
+			tweak: busyDrain, st: drainedFor(6 * time.Second), in: with(successorHolds, busy(2)), holding: true, quiet: true,
+			reason: "2 connection(s) here still carry requests (until they move, at most 9s more)"},
+		{name: "after the drain with none busy: released at once",
+			tweak: busyDrain, st: drainedFor(6 * time.Second), in: with(successorHolds, busy(0)), reason: "handed over to b"},
+		{name: "busyDrain ran out: released with connections still busy, without asking",
+			tweak: busyDrain, st: drainedFor(15 * time.Second), in: successorHolds, reason: "handed over to b"},
+		{name: "busyDrain off (the default): released after the drain without asking",
+			tweak: func(c *agentv1.AgentConfiguration) { c.Quiesce.Drain.Duration = 5 * time.Second },
+			st:    drainedFor(6 * time.Second), in: successorHolds, reason: "handed over to b"},
 	})
 }
 

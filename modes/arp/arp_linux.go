@@ -60,6 +60,8 @@ type Announcer struct {
 	quietRules bool
 	// spread deals new connections across members (spread mode; spread.go).
 	spread *spreader
+	// busy counts the connections that still carry requests (busy.go).
+	busy busyTracker
 }
 
 var _ dataplane.Dataplane = &Announcer{}

@@ -29,6 +29,9 @@ func (*Announcer) Sync(context.Context, dataplane.Desired) error { return errLin
 // Close does nothing.
 func (*Announcer) Close(context.Context) error { return nil }
 
+// BusyConnections is 0: nothing is held.
+func (*Announcer) BusyConnections() int { return 0 }
+
 // Status is empty.
 func (*Announcer) Status() dataplane.Status { return dataplane.Status{} }
 

@@ -375,6 +375,10 @@ func (s *Speaker) lingerExpired() {
 	}
 }
 
+// BusyConnections is 0: every member announces, the routers choose, and a member's flows move
+// to the others when it withdraws whatever it waits for.
+func (*Speaker) BusyConnections() int { return 0 }
+
 // Status reports the sessions and the announced prefixes.
 func (s *Speaker) Status() dataplane.Status {
 	s.mu.Lock()

@@ -78,6 +78,13 @@ type Dataplane interface {
 	// the agent's /status. It is called after every Sync and must not block on the network.
 	Status() Status
 
+	// BusyConnections counts the TCP connections to the VIPs held on this node whose clients
+	// still send requests: at least a kilobyte in the last second, which a watch's flow-control
+	// updates do not reach. The agent asks on every step of a drain with quiesce.busyDrain (25
+	// ms apart); the data plane samples the kernel at most every 100 ms and answers from the
+	// last sample in between. Data planes whose VIPs are not held by one node (BGP) return 0.
+	BusyConnections() int
+
 	// Close withdraws every announcement and removes every address the data plane added. The
 	// agent calls it on every exit path (signal, error, panic recovery); it must be idempotent
 	// and must not depend on ctx being live for local cleanup.

@@ -130,6 +130,7 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 		setDuration(&c.Election.ContactTimeout, t.ContactTimeout)
 		setDuration(&c.Election.Settle, t.Settle)
 		setDuration(&c.Quiesce.Drain, t.Drain)
+		setDuration(&c.Quiesce.BusyDrain, t.BusyDrain)
 	}
 	if b := lb.Spec.Backend.BGP; b != nil {
 		bc := &agentv1.BGPConfig{ASN: uint32(b.ASN), Communities: append([]string(nil), b.Communities...)}

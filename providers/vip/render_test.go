@@ -55,7 +55,8 @@ func TestRenderedConfigPerFlavor(t *testing.T) {
 			g := NewWithT(t)
 			lb := arpLB()
 			lb.Spec.Backend.ARP.Agent.Flavor = flavor
-			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: time.Second}}
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: time.Second},
+				BusyDrain: &lbv1.Duration{Duration: 25 * time.Second}}
 			m := agentv1.Membership{Version: 3, Members: []agentv1.MemberConfig{{Name: "n1", Address: "10.0.0.1"}}}
 			c := renderConfig(lb, renderInput{vip: "192.0.2.10", membership: m})
 			g.Expect(c.NodeName).To(BeEmpty(), "the node name is the hostname, known only on the node")
@@ -70,6 +71,7 @@ func TestRenderedConfigPerFlavor(t *testing.T) {
 			g.Expect(parsed.Membership).To(Equal(agentv1.MembershipConfig{Dynamic: true, Version: 3, StateFile: agentv1.DefaultStateFile}))
 			g.Expect(parsed.Members).To(Equal(m.Members))
 			g.Expect(parsed.Quiesce.Drain.Duration).To(Equal(time.Second))
+			g.Expect(parsed.Quiesce.BusyDrain.Duration).To(Equal(25*time.Second), "busyDrain reaches the agent")
 			g.Expect(parsed.Election.Label).To(Equal("ns/lb"))
 			g.Expect(string(b)).NotTo(ContainSubstring("0s"), "zero values are left to the agent's defaults")
 
@@ -177,6 +179,17 @@ func TestValidateNamesFields(t *testing.T) {
 			lb.Spec.Backend = bgpLB().Spec.Backend
 			lb.Spec.Backend.BGP.Peers[1].BFD.MinRx = &lbv1.Duration{Duration: time.Millisecond}
 		}, "spec.backend.bgp.peers[1].bfd.minRx"},
+		{"busyDrain within the quiesce timeout", b, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: 5 * time.Second},
+				BusyDrain: &lbv1.Duration{Duration: 30 * time.Second}}
+		}, ""},
+		{"busyDrain reaching the quiesce timeout", b, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: 5 * time.Second},
+				BusyDrain: &lbv1.Duration{Duration: 2 * time.Minute}}
+		}, "spec.backend.arp.agent.timers.busyDrain: Invalid value: \"2m0s\": drain + busyDrain (2m5s) must be shorter than spec.quiesce.timeout (2m0s)"},
+		{"negative busyDrain", b, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{BusyDrain: &lbv1.Duration{Duration: -time.Second}}
+		}, "spec.backend.arp.agent.timers.busyDrain"},
 		{"bgp multihop on iBGP", bb, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Backend = bgpLB().Spec.Backend
 			lb.Spec.Backend.BGP.Peers[0].ASN = 64512

@@ -79,6 +79,15 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 			"this manager has no default agent image: set it here, or start the manager with --agent-image"))
 	}
 	errs = append(errs, validateTimers(ap.Child("timers"), v.Agent.Timers)...)
+	if t := v.Agent.Timers; t != nil && t.BusyDrain != nil && t.BusyDrain.Duration > 0 {
+		// The manager stops waiting for a quiescing member at spec.quiesce.timeout: a holder
+		// still draining then would have its hook released under it.
+		hold := dur(t.Drain, 500*time.Millisecond) + t.BusyDrain.Duration
+		if timeout := spec.Quiesce.EffectiveTimeout(); hold >= timeout {
+			errs = append(errs, field.Invalid(ap.Child("timers", "busyDrain"), t.BusyDrain.Duration.String(), fmt.Sprintf(
+				"drain + busyDrain (%s) must be shorter than spec.quiesce.timeout (%s): shorten busyDrain or raise the timeout", hold, timeout)))
+		}
+	}
 	errs = append(errs, validateHealth(ap, v.Agent)...)
 	if bg := spec.Backend.BGP; bg != nil {
 		errs = append(errs, validateBGP(bp, bg)...)
@@ -102,7 +111,7 @@ func validateTimers(p *field.Path, t *lbv1.AgentTimers) field.ErrorList {
 		name string
 		d    *lbv1.Duration
 	}{{"probeInterval", t.ProbeInterval}, {"probeTimeout", t.ProbeTimeout}, {"contactTimeout", t.ContactTimeout},
-		{"settle", t.Settle}, {"drain", t.Drain}} {
+		{"settle", t.Settle}, {"drain", t.Drain}, {"busyDrain", t.BusyDrain}} {
 		errs = append(errs, x.d.ValidateForm(p.Child(x.name))...)
 		if x.d != nil && x.d.Duration < 0 {
 			errs = append(errs, field.Invalid(p.Child(x.name), x.d.Duration.String(), "must not be negative"))

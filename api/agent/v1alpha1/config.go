@@ -232,6 +232,9 @@ func (c *AgentConfiguration) Validate() error {
 	if c.Quiesce.Drain.Duration < 0 {
 		bad("quiesce.drain", "%v is negative (0s: release as soon as the successor announces)", c.Quiesce.Drain.Duration)
 	}
+	if c.Quiesce.BusyDrain.Duration < 0 {
+		bad("quiesce.busyDrain", "%v is negative (0s, the default, releases after quiesce.drain whatever the connections do)", c.Quiesce.BusyDrain.Duration)
+	}
 	positive(bad, "quiesce.handoverTimeout", c.Quiesce.HandoverTimeout)
 	if s := c.Admin.ControlSocket; s != "0" && !strings.HasPrefix(s, "/") {
 		bad("admin.controlSocket", "%q is not an absolute path (or \"0\" to disable)", s)

@@ -161,6 +161,14 @@ type QuiesceConfig struct {
 	// announced it, so that neighbours' caches move before it lets go.
 	// Default 500ms; "0s" written in the file releases at once.
 	Drain Duration `json:"drain,omitzero"`
+	// BusyDrain (ARP mode): after Drain, a quiescing owner keeps the VIP,
+	// quiet, for up to this much longer while connections to it still carry
+	// requests, and releases as soon as none does. An HTTP/2 API server with
+	// --goaway-chance moves a busy client with a GOAWAY, whose unanswered
+	// requests client-go resends on a new connection (to the successor); a
+	// reset of a busy connection instead fails the write in flight, which
+	// client-go does not resend. Default 0: off (release after Drain).
+	BusyDrain Duration `json:"busyDrain,omitzero"`
 	// HandoverTimeout: on exit, stop waiting for a successor after this long
 	// and release anyway. Default 5s.
 	HandoverTimeout Duration `json:"handoverTimeout,omitzero"`
