@@ -140,6 +140,10 @@ func NewProber(o ProberOptions) (*Prober, error) {
 			DisableKeepAlives:   !keepAlive,
 			MaxIdleConnsPerHost: 1,
 			TLSHandshakeTimeout: o.Timeout,
+			// The kept-alive client speaks HTTP/2 where the server offers it, as client-go does
+			// (a custom dialer or TLS config turns net/http's HTTP/2 off unless forced): it then
+			// takes kube-apiserver's GOAWAYs like every Kubernetes client.
+			ForceAttemptHTTP2: keepAlive,
 		}
 	}
 	base := strings.TrimSuffix(o.URL, "/")
