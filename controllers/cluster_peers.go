@@ -11,9 +11,10 @@ import (
 )
 
 // A Cluster may have several LoadBalancers (an internal VIP and an external endpoint). The
-// rules between them: exactly one publishes the Cluster's endpoint (the oldest that wants to),
-// and at most one runs a node-side data plane, because a node runs one caplb agent from one
-// bootstrap Secret (<cluster>-caplb-agent).
+// rules between them: exactly one publishes the Cluster's endpoint (the oldest that wants to;
+// the admission webhook refuses a second one, the reconciler is the backstop), and at most one
+// runs a node-side data plane, because a node runs one caplb agent from one bootstrap Secret
+// (<cluster>-caplb-agent).
 
 // clusterPeers lists the other LoadBalancers of lb's Cluster from the cache, through the
 // clusterName index: one indexed lookup, whatever the number of LoadBalancers.
@@ -35,25 +36,37 @@ func (r *LoadBalancerReconciler) clusterPeers(ctx context.Context, lb *lbv1.Load
 	return peers, nil
 }
 
-// decideOlderPublisher is the pure publisher rule: of the Cluster's LoadBalancers that publish
-// (and are not being deleted), the oldest publishes; the name breaks a tie. It returns the peer
-// that takes precedence over lb, or "". A LoadBalancer being deleted yields at once, so that its
-// successor can take over.
-func decideOlderPublisher(lb *lbv1.LoadBalancer, peers []lbv1.LoadBalancer) string {
+// clusterPublisher is the one publisher rule, applied by the reconciler (decideOlderPublisher)
+// and by the admission webhook (PublisherValidator): of a Cluster's LoadBalancers, the one that
+// publishes its endpoint is the oldest (creation time, then name) that wants to and is not being
+// deleted; nil when none does. A LoadBalancer being deleted yields at once, so that its successor
+// can take over.
+func clusterPublisher(lbs []*lbv1.LoadBalancer) *lbv1.LoadBalancer {
 	var best *lbv1.LoadBalancer
-	for i := range peers {
-		p := &peers[i]
-		if p.Name == lb.Name || !p.Spec.PublishesClusterEndpoint() || !p.DeletionTimestamp.IsZero() || !precedes(p, lb) {
+	for _, p := range lbs {
+		if !p.Spec.PublishesClusterEndpoint() || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if best == nil || precedes(p, best) {
 			best = p
 		}
 	}
-	if best == nil {
-		return ""
+	return best
+}
+
+// decideOlderPublisher is the reconciler's view of clusterPublisher: lb (which wants to publish)
+// among its peers. It returns the peer that publishes instead of lb, or "".
+func decideOlderPublisher(lb *lbv1.LoadBalancer, peers []lbv1.LoadBalancer) string {
+	all := []*lbv1.LoadBalancer{lb}
+	for i := range peers {
+		if peers[i].Name != lb.Name {
+			all = append(all, &peers[i])
+		}
 	}
-	return best.Name
+	if p := clusterPublisher(all); p != nil && p != lb {
+		return p.Name
+	}
+	return ""
 }
 
 // dataPlaneConflicts is the pure node-agent rule: a LoadBalancer with a node-side backend (arp,

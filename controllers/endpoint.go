@@ -196,6 +196,8 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 			lb.Spec.ClusterName))
 		return nil
 	}
+	// The admission webhook (PublisherValidator) refuses a second publisher up front; this is the
+	// backstop for what passes it: two LoadBalancers created at once, or a webhook not installed.
 	if other := decideOlderPublisher(lb, s.peers); other != "" {
 		s.notPublisher = true
 		msg := fmt.Sprintf("LoadBalancer %s also publishes Cluster %s's endpoint and is older: exactly one LoadBalancer of a Cluster may; "+

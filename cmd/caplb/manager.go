@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/caplb/caplb/controllers"
 	"github.com/caplb/caplb/providers"
@@ -39,8 +40,14 @@ type managerOptions struct {
 	shutdownTimeout        time.Duration
 	nodeTargetsNamespace   string
 	agentImage             string
+	webhookPort            int
+	webhookCertDir         string
 	zap                    zap.Options
 }
+
+// defaultWebhookCertDir is where the manager Deployment mounts the serving certificate
+// cert-manager issues (config/webhook), controller-runtime's own default.
+const defaultWebhookCertDir = "/tmp/k8s-webhook-server/serving-certs"
 
 // newManagerCommand builds `caplb manager`, the management-side controllers.
 func newManagerCommand() *cobra.Command {
@@ -51,7 +58,8 @@ func newManagerCommand() *cobra.Command {
 		Long: "Run the LoadBalancer controller against the cluster of --kubeconfig (or $KUBECONFIG, or the in-cluster\n" +
 			"config): it selects each LoadBalancer's members, holds CAPI pre-drain hooks on member Machines, and\n" +
 			"publishes endpoints to Clusters. Metrics on --metrics-bind-address (/metrics), probes on\n" +
-			"--health-probe-bind-address (/healthz, /readyz). SIGTERM or SIGINT stop it gracefully.",
+			"--health-probe-bind-address (/healthz, /readyz), the validating admission webhook on --webhook-port\n" +
+			"(HTTPS, certificate from --webhook-cert-dir; 0 turns it off). SIGTERM or SIGINT stop it gracefully.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runManager(o) },
 	}
@@ -70,6 +78,9 @@ func newManagerCommand() *cobra.Command {
 	fs.StringVar(&o.nodeTargetsNamespace, "node-targets-namespace", "", "accept LoadBalancers with targetKind Node, only in this namespace (the manager's own); "+
 		"needs the node-targets RBAC component. Empty (the default) disables Node targets")
 	fs.StringVar(&o.agentImage, "agent-image", "", "node agent image the arp and bgp backends put in the bootstrap Secret's static pod when a LoadBalancer's spec.backend.<kind>.agent.image is empty")
+	fs.IntVar(&o.webhookPort, "webhook-port", webhook.DefaultPort, "port of the validating admission webhook (HTTPS; refuses a second LoadBalancer publishing a Cluster's endpoint); "+
+		"0 turns the webhook server off, for runs without a serving certificate (the reconciler still reports a second publisher)")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", defaultWebhookCertDir, "directory with the webhook's serving certificate and key (tls.crt, tls.key), reloaded when they change")
 	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	goFlags := flag.NewFlagSet("manager", flag.ContinueOnError)
 	ctrlconfig.RegisterFlags(goFlags) // --kubeconfig
@@ -81,6 +92,9 @@ func newManagerCommand() *cobra.Command {
 func runManager(o managerOptions) error {
 	if o.concurrency < 1 {
 		return errors.New("--concurrency must be at least 1")
+	}
+	if o.webhookPort < 0 || o.webhookPort > 65535 {
+		return errors.New("--webhook-port must be 0 (off) or a TCP port")
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	log := ctrl.Log.WithName("setup")
@@ -109,6 +123,7 @@ func runManager(o managerOptions) error {
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &shutdown,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -129,6 +144,14 @@ func runManager(o managerOptions) error {
 	}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}
+	if o.webhookPort != 0 {
+		// Registering starts the server with the manager; it runs on every replica, leader or not.
+		controllers.SetupWebhook(mgr)
+		// The webhook Service routes to ready pods only: ready once the server answers TLS.
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -144,7 +167,8 @@ func runManager(o managerOptions) error {
 		return err
 	}
 
-	log.Info("Starting manager", "namespace", o.namespace, "watchFilter", o.watchFilter, "concurrency", o.concurrency, "leaderElect", o.leaderElect)
+	log.Info("Starting manager", "namespace", o.namespace, "watchFilter", o.watchFilter, "concurrency", o.concurrency, "leaderElect", o.leaderElect,
+		"webhookPort", o.webhookPort)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -45,6 +45,11 @@ type Options struct {
 	// WithoutCRDs installs no CRD at all: an API server playing a workload cluster, which has
 	// neither CAPI's kinds nor caplb's.
 	WithoutCRDs bool
+	// ServiceEndpointRouting makes the API server call webhooks behind a Service at the
+	// Service's EndpointSlice addresses instead of its cluster IP (--enable-aggregator-routing):
+	// there is no kube-proxy, so a test that plays the endpoints controller reaches a webhook
+	// server in the test through the shipped Service reference.
+	ServiceEndpointRouting bool
 }
 
 // Env is a running control plane. Call Stop when done, or the kube-apiserver
@@ -91,6 +96,9 @@ func Start(opts Options) (*Env, error) {
 		ControlPlaneStartTimeout: timeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,
 		AttachControlPlaneOutput: opts.AttachOutput,
+	}
+	if opts.ServiceEndpointRouting {
+		te.ControlPlane.GetAPIServer().Configure().Set("enable-aggregator-routing", "true")
 	}
 	cfg, err := te.Start()
 	if err != nil {

@@ -47,6 +47,8 @@ type Options struct {
 	ClientBurst int
 	// WithoutCAPLBCRDs starts the control plane without caplb's CRDs (see envtest.Options).
 	WithoutCAPLBCRDs bool
+	// ServiceEndpointRouting: see envtest.Options.
+	ServiceEndpointRouting bool
 }
 
 // Env is a running test control plane and a client for it.
@@ -96,7 +98,8 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}, WithoutCAPLBCRDs: opts.WithoutCAPLBCRDs})
+	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}, WithoutCAPLBCRDs: opts.WithoutCAPLBCRDs,
+		ServiceEndpointRouting: opts.ServiceEndpointRouting})
 	if err != nil {
 		return nil, err
 	}

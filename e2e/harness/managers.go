@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/caplb/caplb/controllers"
 	"github.com/caplb/caplb/e2e/testinfra"
@@ -189,6 +190,18 @@ type CAPLBOptions struct {
 	// ServiceAccount ("namespace/name"), when set, is impersonated by the manager: it then runs
 	// with exactly the RBAC bound to that account (see ApplyShippedRBAC) instead of as admin.
 	ServiceAccount string
+	// Webhook, when set, serves the validating webhook (controllers.SetupWebhook) as the manager
+	// binary does; StartCAPLB returns once it answers TLS.
+	Webhook *WebhookOptions
+}
+
+// WebhookOptions is where the test manager serves its webhook.
+type WebhookOptions struct {
+	// Host and Port to listen on (a loopback address and a free port).
+	Host string
+	Port int
+	// CertDir holds tls.crt and tls.key (testpki's IssueWebhookServing writes them).
+	CertDir string
 }
 
 // AgentImage is the agent image the test manager renders into bootstrap Secrets.
@@ -208,6 +221,9 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 	opts.Scheme = scheme
 	opts.Cache = controllers.CacheOptions("", "")
 	opts.Client = controllers.ClientOptions()
+	if o.Webhook != nil {
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: o.Webhook.Host, Port: o.Webhook.Port, CertDir: o.Webhook.CertDir})
+	}
 	cfg := e.Config
 	if o.ServiceAccount != "" {
 		cfg = ImpersonateServiceAccount(e.Config, o.ServiceAccount)
@@ -235,6 +251,9 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 	}); err != nil {
 		return nil, fmt.Errorf("setting up caplb controllers: %w", err)
 	}
+	if o.Webhook != nil {
+		controllers.SetupWebhook(mgr)
+	}
 	r, err := start(ctx, "caplb", mgr)
 	if err != nil {
 		return nil, err
@@ -245,5 +264,17 @@ func (e *Env) StartCAPLB(ctx context.Context, o CAPLBOptions) (*Running, error) 
 			s.Shutdown()
 		}
 	}()
+	if o.Webhook != nil {
+		started := mgr.GetWebhookServer().StartedChecker()
+		if err := Poll(ctx, 30*time.Second, "the webhook server answering TLS", func(context.Context) (bool, string, error) {
+			err := started(nil)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			return true, "", nil
+		}); err != nil {
+			return nil, errors.Join(err, r.Stop())
+		}
+	}
 	return r, nil
 }

@@ -2,9 +2,10 @@
 // release` writes, read from a clusterctl local repository through a clusterctl.yaml provider
 // entry, processed by clusterctl's own code (variables, target namespace, labels), created on a
 // real API server by clusterctl's component client, and the real manager binary run with the
-// released container's command line under the ServiceAccount the release ships, until a
-// LoadBalancer is Ready and then deleted cleanly. Any RBAC verb the manager needs and the
-// release lacks fails this test.
+// released container's command line under the ServiceAccount the release ships, serving the
+// released validating webhook behind its Service (the test plays cert-manager, which clusterctl
+// would have installed: certmanager_test.go), until a LoadBalancer is Ready and then deleted
+// cleanly. Any RBAC verb the manager needs and the release lacks fails this test.
 package install
 
 import (
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,7 +54,9 @@ func TestInstallWithClusterctl(t *testing.T) {
 
 	start := time.Now()
 	bin := buildManager(t)
-	env, err := harness.Start(harness.Options{WithoutCAPLBCRDs: true})
+	// Service endpoint routing: the API server calls the released webhook through its Service
+	// (certmanager_test.go).
+	env, err := harness.Start(harness.Options{WithoutCAPLBCRDs: true, ServiceEndpointRouting: true})
 	if err != nil {
 		t.Fatalf("starting test control plane: %v", err)
 	}
@@ -79,8 +84,11 @@ func TestInstallWithClusterctl(t *testing.T) {
 	g.Expect(comps.Images()).To(ConsistOf(managerImage), "the manager image comes from the release's default")
 	g.Expect(comps.Variables()).To(ContainElements(release.ManagerImageVariable, "CAPLB_CONCURRENCY", "CAPLB_LOG_LEVEL"))
 	g.Expect(comps.TargetNamespace()).To(Equal(targetNamespace))
+	installCertManagerCRDs(ctx, t, env)
 	installComponents(ctx, t, env, cfg, comps.Objs())
 	t.Logf("%s: manager built, control plane and CAPI up, release installed", time.Since(start).Round(time.Millisecond))
+	webhook := findWebhookRelease(ctx, t, env)
+	certData := issueWebhookCertificate(ctx, t, env, webhook)
 
 	d, c := managerDeployment(t, comps.Objs())
 	g.Expect(d.Namespace).To(Equal(targetNamespace))
@@ -96,6 +104,15 @@ func TestInstallWithClusterctl(t *testing.T) {
 	// A LoadBalancer that today's CRD refuses is stored before the manager starts: its cache
 	// must still sync and every other LoadBalancer be reconciled.
 	poisoned := poisonedLoadBalancer(ctx, t, env)
+	// The pod's webhook port, where the Service sends, is a free one here (later flags win), and
+	// its certificate directory the Secret's data as the pod would mount it.
+	webhookAddr := freeAddr(t)
+	_, webhookPort, _ := strings.Cut(webhookAddr, ":")
+	port, err := strconv.ParseInt(webhookPort, 10, 32)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(args).To(ContainElement("--webhook-port=9443"), "the released manager serves its webhook")
+	routeWebhookService(ctx, t, env, webhook.service, int32(port))
+	args = append(args, "--webhook-port="+webhookPort, "--webhook-cert-dir="+mountWebhookCertificate(t, certData))
 	// The image's entrypoint is the caplb binary (hack/images); the container's args follow it.
 	mgr := startManager(t, bin, args, kubeconfig)
 	if err := harness.Poll(ctx, timeout, "the manager ready (informers synced under its RBAC)", mgr.ready); err != nil {
@@ -213,6 +230,19 @@ func runStaticLoadBalancer(ctx context.Context, t *testing.T, env *harness.Env, 
 	c := &clusterv1.Cluster{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), c)).To(Succeed())
 	g.Expect(c.Spec.ControlPlaneEndpoint).To(Equal(clusterv1.APIEndpoint{Host: "127.0.0.1", Port: int32(ext.Port)}))
+	// The released webhook, called through its Service with cert-manager's certificate and
+	// injected CA, refuses a second publisher of the Cluster (the first create went through it too:
+	// failurePolicy Fail would have refused it, had the API server not reached the manager).
+	second := lb.DeepCopy()
+	second.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "second"}
+	second.Status = lbv1.LoadBalancerStatus{}
+	g.Expect(env.Client.Create(ctx, second)).To(MatchError(And(
+		ContainSubstring(`admission webhook "vloadbalancer.loadbalancer.cluster.x-k8s.io" denied the request`),
+		ContainSubstring("spec.publishClusterEndpoint: Forbidden: LoadBalancer lb already publishes the endpoint of Cluster c"))))
+	second.Spec.PublishClusterEndpoint = ptr.To(false)
+	g.Expect(env.Client.Create(ctx, second)).To(Succeed(), "an additional endpoint is admitted")
+	g.Expect(env.Client.Delete(ctx, second)).To(Succeed())
+	g.Expect(env.WaitGone(ctx, second, timeout)).To(Succeed())
 	m := &clusterv1.Machine{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: member}, m)).To(Succeed())
 	g.Expect(hookKeys(m)).NotTo(BeEmpty(), "the member's Machine carries caplb's pre-drain hook")

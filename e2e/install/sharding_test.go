@@ -76,7 +76,9 @@ func TestShardedManagers(t *testing.T) {
 	g.Expect(os.WriteFile(kubeconfig, env.ControlPlane.Environment.KubeConfig, 0o600)).To(Succeed())
 	managers := map[string]*managerProcess{}
 	for _, shard := range []string{"a", "b"} {
-		m := startManager(t, bin, []string{"manager", "--watch-filter=" + shard}, kubeconfig)
+		// --webhook-port=0: two managers on one host would share the port, and no webhook is
+		// registered here (TestInstallWithClusterctl runs the released one).
+		m := startManager(t, bin, []string{"manager", "--watch-filter=" + shard, "--webhook-port=0"}, kubeconfig)
 		g.Expect(harness.Poll(ctx, timeout, "manager "+shard+" ready", m.ready)).To(Succeed())
 		managers[shard] = m
 	}

@@ -42,7 +42,7 @@ func testRestartMidQuiesce(t *testing.T, s *suite) {
 
 	var err error
 	restartAt := time.Now()
-	if s.caplb, err = s.env.StartCAPLB(s.ctx, caplbOptions); err != nil {
+	if s.caplb, err = s.env.StartCAPLB(s.ctx, s.caplbOptions); err != nil {
 		t.Fatalf("restarting caplb manager: %v", err)
 	}
 	t.Logf("caplb down for %s, member removing since %s", time.Since(stoppedAt).Round(time.Millisecond), since.Format(time.RFC3339))

@@ -16,7 +16,9 @@ import (
 // One Cluster, two LoadBalancers: an external endpoint that publishes the Cluster's
 // controlPlaneEndpoint and an internal one that does not. Both select the same control-plane
 // Machines, each holds its own pre-drain hook, and a Machine's deletion waits for both. A third
-// LoadBalancer that also wants to publish is refused with a message naming the publisher.
+// LoadBalancer that also wants to publish is refused with a message naming the publisher — by the
+// reconciler: no webhook configuration covers this flow's namespace, so this proves the backstop
+// for what gets past the webhook (PublisherAdmission proves the webhook).
 func testSeveralLoadBalancers(t *testing.T, s *suite) {
 	g := NewWithT(t)
 	external, err := harness.Listen(0, "127.0.0.1")

@@ -32,9 +32,6 @@ const (
 // Nodes.
 const nodeTargetsNS = "caplb-system"
 
-// caplbOptions is how every flow's caplb manager runs (restarts included).
-var caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS, ServiceAccount: harness.ShippedServiceAccount}
-
 // suite is the shared control plane and managers.
 type suite struct {
 	// ctx lives as long as the suite (a subtest's t.Context ends with the subtest).
@@ -42,6 +39,14 @@ type suite struct {
 	env   *harness.Env
 	capi  *harness.Running
 	caplb *harness.Running
+	// caplbOptions is how every flow's caplb manager runs (restarts included).
+	caplbOptions harness.CAPLBOptions
+	// webhook is where the caplb manager serves its validating webhook, and the CA of its
+	// certificate. No webhook configuration names it for the whole suite: a flow registers the
+	// shipped one for its own namespace (publisher_admission_test.go), so that the other flows
+	// keep proving what the reconciler does without it.
+	webhookURL string
+	webhookCA  []byte
 }
 
 // TestIntegration starts one control plane for the package and runs every flow as a subtest:
@@ -63,6 +68,7 @@ func TestIntegration(t *testing.T) {
 			{"ClusterEndpointConflict", testClusterEndpointConflict},
 			{"ClusterEndpointAdoption", testClusterEndpointAdoption},
 			{"SeveralLoadBalancersPerCluster", testSeveralLoadBalancers},
+			{"PublisherAdmission", testPublisherAdmission},
 			{"DisableEnableMember", testDisableEnable},
 			{"DeleteMemberThroughHook", testDeleteMember},
 			{"DeleteLoadBalancerMidFlow", testDeleteLBMidFlow},
@@ -115,6 +121,8 @@ func startSuite(t *testing.T) *suite {
 		t.Fatalf("starting test control plane: %v", err)
 	}
 	s := &suite{ctx: ctx, env: env}
+	s.caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS, ServiceAccount: harness.ShippedServiceAccount}
+
 	t.Cleanup(func() {
 		if s.caplb != nil {
 			if err := s.caplb.Stop(); err != nil {
@@ -139,7 +147,10 @@ func startSuite(t *testing.T) *suite {
 	if err := env.ApplyShippedRBAC(ctx); err != nil {
 		t.Fatalf("applying the shipped RBAC: %v", err)
 	}
-	if s.caplb, err = env.StartCAPLB(ctx, caplbOptions); err != nil {
+	if err := s.serveWebhook(t.TempDir()); err != nil {
+		t.Fatalf("preparing the webhook server: %v", err)
+	}
+	if s.caplb, err = env.StartCAPLB(ctx, s.caplbOptions); err != nil {
 		t.Fatalf("starting caplb manager: %v", err)
 	}
 	return s

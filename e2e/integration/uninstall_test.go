@@ -39,7 +39,7 @@ func testUninstallCleanup(t *testing.T, s *suite) {
 	}
 	defer func() {
 		var err error
-		if s.caplb, err = s.env.StartCAPLB(s.ctx, caplbOptions); err != nil {
+		if s.caplb, err = s.env.StartCAPLB(s.ctx, s.caplbOptions); err != nil {
 			t.Errorf("restarting caplb manager: %v", err)
 		}
 	}()

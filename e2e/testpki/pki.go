@@ -1,6 +1,7 @@
 // Package testpki is the one test PKI of the e2e suites: a cluster CA and API server serving
 // certificates shaped like kubeadm's (its DNS names, the service IP, the node's name and
-// addresses, and no loopback address). Portable: unit tests without root use it too.
+// addresses, and no loopback address), and webhook serving certificates laid out as
+// cert-manager's Secret is mounted. Portable: unit tests without root use it too.
 package testpki
 
 import (
@@ -97,36 +98,79 @@ func (ca *CA) IssueServing(dir, name string, hosts ...string) (certFile, keyFile
 			dns = append(dns, h)
 		}
 	}
+	certPEM, keyPEM, err := ca.issue("kube-apiserver", dns, ips)
+	if err != nil {
+		return "", "", fmt.Errorf("testpki: %s: %w", name, err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
+}
+
+// TLS is a serving certificate as a kubernetes.io/tls Secret holds it (cert-manager adds ca.crt).
+type TLS struct {
+	Cert, Key, CA []byte
+}
+
+// IssueWebhookServing issues a serving certificate for exactly hosts (DNS names or IP addresses,
+// loopback allowed: a webhook server in the test process) and, when dir is not empty, writes it
+// as a pod mounts cert-manager's Secret: dir/tls.crt, dir/tls.key, dir/ca.crt.
+func (ca *CA) IssueWebhookServing(dir string, hosts ...string) (TLS, error) {
+	var dns []string
+	var ips []net.IP
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, h)
+		}
+	}
+	certPEM, keyPEM, err := ca.issue("caplb-webhook", dns, ips)
+	if err != nil {
+		return TLS{}, fmt.Errorf("testpki: webhook serving certificate: %w", err)
+	}
+	t := TLS{Cert: certPEM, Key: keyPEM, CA: ca.PEM}
+	if dir == "" {
+		return t, nil
+	}
+	for name, data := range map[string][]byte{"tls.crt": t.Cert, "tls.key": t.Key, "ca.crt": t.CA} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return TLS{}, err
+		}
+	}
+	return t, nil
+}
+
+// issue signs a serving certificate (kubeadm's key usages for the apiserver's) and returns it
+// and its key in PEM.
+func (ca *CA) issue(cn string, dns []string, ips []net.IP) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return "", "", err
+		return nil, nil, err
 	}
 	now := time.Now()
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
-		return "", "", err
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: "kube-apiserver"},
-		// kubeadm's key usages for the apiserver serving certificate.
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: ips, DNSNames: dns,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return "", "", fmt.Errorf("testpki: %s: %w", name, err)
+		return nil, nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return "", "", err
+		return nil, nil, err
 	}
-	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return "", "", err
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return "", "", err
-	}
-	return certFile, keyFile, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }

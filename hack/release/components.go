@@ -89,7 +89,7 @@ func Components(o Options) ([]byte, error) {
 	}
 	out = bytes.Replace(out, placeholder, []byte(fmt.Sprintf("${%s:=%s}", AgentImageVariable, o.AgentImage)), 1)
 	header := fmt.Sprintf("# caplb %s: clusterctl add-on provider components (rendered by `make release` from config/default).\n"+
-		"# Install: clusterctl init --addon %s (docs/install.md). Variables: %s, %s, CAPLB_CONCURRENCY, CAPLB_LOG_LEVEL.\n", o.Version, ProviderName, ManagerImageVariable, AgentImageVariable)
+		"# Install: clusterctl init --addon %s (docs/install.md; the webhook's certificate needs cert-manager, which clusterctl installs). Variables: %s, %s, CAPLB_CONCURRENCY, CAPLB_LOG_LEVEL.\n", o.Version, ProviderName, ManagerImageVariable, AgentImageVariable)
 	return append([]byte(header), out...), nil
 }
 

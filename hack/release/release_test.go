@@ -54,6 +54,11 @@ func TestComponents(t *testing.T) {
 	g.Expect(kinds).To(HaveKeyWithValue("Namespace", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 2))
+	// The validating webhook and what serves it (webhook_test.go checks how they fit).
+	g.Expect(kinds).To(HaveKeyWithValue("ValidatingWebhookConfiguration", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Service", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Certificate", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Issuer", 1))
 	g.Expect(string(processed)).To(ContainSubstring("image: " + o.ManagerImage))
 	g.Expect(string(processed)).NotTo(ContainSubstring("caplb-system\n  namespace:"))
 }

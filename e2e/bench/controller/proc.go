@@ -46,6 +46,8 @@ func startManager(bin, kubeconfig string, extra []string, log io.Writer) (*manag
 		"--kubeconfig", kubeconfig,
 		"--metrics-bind-address", metrics,
 		"--health-probe-bind-address", "0",
+		// The bench measures the controller; it registers no webhook and has no certificate.
+		"--webhook-port=0",
 	}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
