@@ -6,12 +6,16 @@ import (
 )
 
 // WorkerMachineLabels are the labels CAPI puts on worker Machines: a MachineDeployment's, a
-// MachineSet's and a MachinePool's. A control plane's Machines carry none of them, so a selector
-// that requires one of them picks workers only.
+// MachineSet's and a MachinePool's, and under a ClusterClass topology the name of the topology's
+// MachineDeployment or MachinePool (stable across the generated object names, so a
+// LoadBalancerClass template can name it). A control plane's Machines carry none of them, so a
+// selector that requires one of them picks workers only.
 var WorkerMachineLabels = []string{
 	clusterv1.MachineDeploymentNameLabel,
 	clusterv1.MachineSetNameLabel,
 	clusterv1.MachinePoolNameLabel,
+	clusterv1.ClusterTopologyMachineDeploymentNameLabel,
+	clusterv1.ClusterTopologyMachinePoolNameLabel,
 }
 
 // AgentSecretSuffix ends the name of the bootstrap Secret the node agents boot from.

@@ -27,6 +27,7 @@ func TestWorkerSelectors(t *testing.T) {
 		{"a MachineDeployment", ml("cluster.x-k8s.io/deployment-name", "c-md-0"), false, true, false, "lb-caplb-agent"},
 		{"a MachineSet", ml("cluster.x-k8s.io/set-name", "c-md-0-x"), false, true, false, "lb-caplb-agent"},
 		{"a MachinePool", me("cluster.x-k8s.io/pool-name", metav1.LabelSelectorOpIn, "c-mp-0"), false, true, false, "lb-caplb-agent"},
+		{"a ClusterClass topology's MachineDeployment", ml("topology.cluster.x-k8s.io/deployment-name", "ingress"), false, true, false, "lb-caplb-agent"},
 		{"no control-plane label", me("cluster.x-k8s.io/control-plane", metav1.LabelSelectorOpDoesNotExist), false, true, false, "lb-caplb-agent"},
 		{"NotIn a MachineDeployment is not a worker selector", me("cluster.x-k8s.io/deployment-name", metav1.LabelSelectorOpNotIn, "x"), false, false, false, "c-caplb-agent"},
 		{"labels of one's own: unknown", ml("role", "ingress"), false, false, false, "c-caplb-agent"},
