@@ -91,7 +91,8 @@ func decideAdoption(spec, status, theirs lbv1.APIEndpoint, compared bool, publis
 // reconcileAdoption adopts the Cluster's endpoint when decideAdoption says so. It runs once the
 // members are gathered (their addresses are never adopted) and before the backend runs.
 func (r *LoadBalancerReconciler) reconcileAdoption(ctx context.Context, s *scope) {
-	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() || !s.lb.Spec.PublishesClusterEndpoint() {
+	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() || !s.lb.Spec.PublishesClusterEndpoint() ||
+		workerRefusal(s.lb, s.members) != "" {
 		return
 	}
 	lb := s.lb
@@ -194,6 +195,19 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 		set(metav1.ConditionTrue, lbv1.NotPublisherReason, fmt.Sprintf(
 			"spec.publishClusterEndpoint is false: Cluster %s's endpoint is another's to publish; this LoadBalancer serves an additional endpoint (its host must be in the API servers' certSANs, see status.certSANs)",
 			lb.Spec.ClusterName))
+		return nil
+	}
+	if !s.gathered && !lb.Spec.TargetKind.IsNode() && !lb.Spec.SelectsControlPlaneOnly() {
+		// The members decide whether this LoadBalancer may publish (workerRefusal): not without them.
+		s.notPublisher = true
+		return nil
+	}
+	if msg := workerRefusal(lb, s.members); msg != "" {
+		s.notPublisher = true
+		if conditions.GetReason(lb, lbv1.ClusterEndpointCondition) != lbv1.WorkerTargetsReason {
+			r.event(lb, s.cluster, true, lbv1.EventWorkerTargets, "Publish", "%s", msg)
+		}
+		set(metav1.ConditionFalse, lbv1.WorkerTargetsReason, msg)
 		return nil
 	}
 	// The admission webhook (PublisherValidator) refuses a second publisher up front; this is the

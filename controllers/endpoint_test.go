@@ -138,35 +138,57 @@ func TestDecideOlderPublisher(t *testing.T) {
 }
 
 func TestDataPlaneConflicts(t *testing.T) {
-	mk := func(name string, sec int64, b lbv1.Backend) lbv1.LoadBalancer {
+	mk := func(name string, sec int64, b lbv1.Backend, sel ...string) lbv1.LoadBalancer {
 		lb := lbv1.LoadBalancer{}
 		lb.Name, lb.Spec.ClusterName, lb.Spec.Backend = name, "c", b
 		lb.CreationTimestamp = metav1.Unix(sec, 0)
+		if len(sel) == 2 {
+			lb.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{sel[0]: sel[1]}}
+		}
 		return lb
 	}
 	arp := lbv1.Backend{ARP: &lbv1.ARPBackend{}}
+	bgp := lbv1.Backend{BGP: &lbv1.BGPBackend{}}
 	static := lbv1.Backend{Static: &lbv1.StaticBackend{}}
 	wg := lbv1.Backend{WireGuard: &lbv1.WireGuardBackend{}}
+	md := func(v string) []string { return []string{"cluster.x-k8s.io/deployment-name", v} }
 	tests := []struct {
 		name  string
 		self  lbv1.LoadBalancer
 		peers []lbv1.LoadBalancer
-		want  string
+		want  []string // substrings of the error; none: admitted
 	}{
-		{"static beside arp", mk("ext", 10, static), []lbv1.LoadBalancer{mk("int", 5, arp)}, ""},
-		{"arp beside static", mk("int", 10, arp), []lbv1.LoadBalancer{mk("ext", 5, static)}, ""},
-		{"wireguard beside an older arp", mk("ext", 10, wg), []lbv1.LoadBalancer{mk("int", 5, arp)}, "LoadBalancer int of Cluster c already runs the node agent (arp backend)"},
-		{"arp older than wireguard keeps running", mk("int", 5, arp), []lbv1.LoadBalancer{mk("ext", 10, wg)}, ""},
+		{"static beside arp", mk("ext", 10, static), []lbv1.LoadBalancer{mk("int", 5, arp)}, nil},
+		{"arp beside static", mk("int", 10, arp), []lbv1.LoadBalancer{mk("ext", 5, static)}, nil},
+		{"wireguard beside an older arp", mk("ext", 10, wg), []lbv1.LoadBalancer{mk("int", 5, arp)},
+			[]string{"LoadBalancer int of Cluster c already runs the node agent (arp backend)", "c-caplb-agent", "spec.backend.static"}},
+		{"arp older than wireguard keeps running", mk("int", 5, arp), []lbv1.LoadBalancer{mk("ext", 10, wg)}, nil},
+		{"two control-plane VIPs", mk("b", 10, bgp), []lbv1.LoadBalancer{mk("a", 5, arp)},
+			[]string{"LoadBalancer a of Cluster c already runs the node agent (arp backend)", "spec.backend.static", "spec.selector at worker Machines"}},
+		{"a worker VIP beside the control plane's", mk("ingress", 10, arp, md("c-md-0")...), []lbv1.LoadBalancer{mk("cp", 5, arp)}, nil},
+		{"a control-plane VIP younger than a worker VIP", mk("cp", 10, bgp), []lbv1.LoadBalancer{mk("ingress", 5, arp, md("c-md-0")...)}, nil},
+		{"a worker VIP beside a control plane on wireguard", mk("ingress", 10, arp, md("c-md-0")...), []lbv1.LoadBalancer{mk("cp", 5, wg)}, nil},
+		{"two worker VIPs on other MachineDeployments", mk("b", 10, arp, md("c-md-1")...), []lbv1.LoadBalancer{mk("a", 5, arp, md("c-md-0")...)}, nil},
+		{"two worker VIPs on the same MachineDeployment", mk("b", 10, arp, md("c-md-0")...), []lbv1.LoadBalancer{mk("a", 5, arp, md("c-md-0")...)},
+			[]string{"LoadBalancer a of Cluster c already runs the node agent (arp backend) on Machines that this one's spec.selector can pick too", "spec.selector"}},
+		{"a worker VIP beside an everything selector", mk("b", 10, arp, md("c-md-0")...), []lbv1.LoadBalancer{mk("a", 5, arp, "role", "any")},
+			[]string{"can pick too"}},
+		{"a worker VIP named like the Cluster: same Secret", mk("c", 10, arp, md("c-md-0")...), []lbv1.LoadBalancer{mk("cp", 5, arp)},
+			[]string{"bootstrap Secret c-caplb-agent", "give this LoadBalancer another name"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			errs := dataPlaneConflicts(&tt.self, tt.peers)
-			if tt.want == "" {
+			if tt.want == nil {
 				g.Expect(errs).To(BeEmpty())
 				return
 			}
-			g.Expect(errs.ToAggregate().Error()).To(And(ContainSubstring("spec.backend."), ContainSubstring(tt.want), ContainSubstring("spec.backend.static")))
+			g.Expect(errs).To(HaveLen(1))
+			g.Expect(errs[0].Field).To(HavePrefix("spec.backend."))
+			for _, w := range tt.want {
+				g.Expect(errs.ToAggregate().Error()).To(ContainSubstring(w))
+			}
 		})
 	}
 }

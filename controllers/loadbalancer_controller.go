@@ -253,6 +253,10 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 	}
 	s.backend = b
 	s.lb.Status.Backend = b.Kind()
+	if hasNodeAgent(s.lb) {
+		// Known before the Secret is rendered: the members' bootstrap names it.
+		s.lb.Status.BootstrapSecretName = lbv1.AgentSecretName(s.lb)
+	}
 	r.watchWorkloadNodes(ctx, s)
 	r.watchRemoteNodes(ctx, s)
 

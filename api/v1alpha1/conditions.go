@@ -72,6 +72,10 @@ const (
 	// AnotherPublisherReason: an older LoadBalancer of the same Cluster publishes its endpoint
 	// too; this one does not, until one of them sets spec.publishClusterEndpoint false.
 	AnotherPublisherReason = "AnotherPublisher"
+	// WorkerTargetsReason: the LoadBalancer's members are (or its selector names) Machines that
+	// are not control-plane Machines (no cluster.x-k8s.io/control-plane label): it fronts a
+	// service on workers, not the API server, and never publishes the Cluster's endpoint.
+	WorkerTargetsReason = "WorkerTargets"
 
 	// PausedReason: reconciliation is paused.
 	PausedReason = "Paused"

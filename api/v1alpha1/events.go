@@ -51,6 +51,10 @@ const (
 	// EventClusterEndpointMismatch (Warning): the Cluster's endpoint differs from ours; caplb does
 	// not overwrite it.
 	EventClusterEndpointMismatch = "ClusterEndpointMismatch"
+	// EventWorkerTargets (Warning): the LoadBalancer would publish the Cluster's endpoint
+	// (spec.publishClusterEndpoint unset or true) but its members are not control-plane Machines;
+	// it does not publish. Recorded once per transition.
+	EventWorkerTargets = "WorkerTargets"
 	// EventAnotherPublisher (Warning): an older LoadBalancer of the same Cluster publishes its
 	// endpoint; this one does not.
 	EventAnotherPublisher = "AnotherPublisher"

@@ -24,6 +24,7 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="!has(self.backend.wireguard) || size(self.backend.wireguard.gateways) < 2 || (has(self.endpoint) && has(self.endpoint.host) && size(self.endpoint.host) > 0)",message="spec.endpoint.host is required with more than one gateway: a DNS name with one record per gateway (or an address held across the gateway hosts), so that clients fail over between them"
 // +kubebuilder:validation:XValidation:rule="(has(self.quiesce.drainPeriod) && !self.quiesce.drainPeriod.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s'))",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
 // +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || !isIP(self.endpoint.host) || ip(self.endpoint.host).isGlobalUnicast()",message="spec.endpoint.host is the VIP of the arp and bgp backends and must be a unicast address of the members' segment: not loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8), broadcast or unspecified (0.0.0.0, ::)"
+// +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.publishClusterEndpoint) && !self.publishClusterEndpoint) || !has(self.selector) || !((has(self.selector.matchLabels) && ['cluster.x-k8s.io/deployment-name', 'cluster.x-k8s.io/set-name', 'cluster.x-k8s.io/pool-name', 'topology.cluster.x-k8s.io/deployment-name', 'topology.cluster.x-k8s.io/pool-name'].exists(k, k in self.selector.matchLabels)) || (has(self.selector.matchExpressions) && self.selector.matchExpressions.exists(e, (e.key in ['cluster.x-k8s.io/deployment-name', 'cluster.x-k8s.io/set-name', 'cluster.x-k8s.io/pool-name', 'topology.cluster.x-k8s.io/deployment-name', 'topology.cluster.x-k8s.io/pool-name'] && e.operator in ['In', 'Exists']) || (e.key == 'cluster.x-k8s.io/control-plane' && e.operator == 'DoesNotExist'))))",message="spec.selector picks worker Machines (it requires a cluster.x-k8s.io/deployment-name, set-name or pool-name label, their topology.cluster.x-k8s.io/ counterparts, or the absence of cluster.x-k8s.io/control-plane): their service is not the Cluster's API endpoint, so set spec.publishClusterEndpoint: false"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -301,6 +302,14 @@ type LoadBalancerStatus struct {
 	// backend is the kind of backend in use, for display.
 	// +optional
 	Backend string `json:"backend,omitempty"`
+
+	// bootstrapSecretName is the Secret the members' bootstrap writes the node agent's files from
+	// (files[].contentFrom.secret), with the arp, bgp and wireguard backends:
+	// <clusterName>-caplb-agent for a control plane, <name>-caplb-agent for a LoadBalancer whose
+	// selector picks worker Machines. Known from the first reconcile on, before the Secret is
+	// rendered, so that templates can name it.
+	// +optional
+	BootstrapSecretName string `json:"bootstrapSecretName,omitempty"`
 
 	// vipOwner is the member (its Node name) whose agent reports holding the VIP, with the arp
 	// backend; empty with the others (bgp: every active member announces it) and while no

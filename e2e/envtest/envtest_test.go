@@ -97,7 +97,8 @@ func TestCAPICRDPaths(t *testing.T) {
 	g := NewWithT(t)
 	paths, err := envtest.CAPICRDPaths()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(paths).To(HaveLen(2))
+	g.Expect(paths).To(HaveLen(3))
 	g.Expect(filepath.Join(paths[0], "cluster.x-k8s.io_clusters.yaml")).To(BeAnExistingFile())
 	g.Expect(filepath.Join(paths[1], "controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml")).To(BeAnExistingFile())
+	g.Expect(filepath.Join(paths[2], "bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml")).To(BeAnExistingFile())
 }

@@ -72,7 +72,7 @@ func CacheBinaryDir() (string, error) {
 }
 
 // CAPICRDPaths returns the directories holding the CRD YAMLs of the Cluster
-// API core and kubeadm control-plane providers, taken from the module cache
+// API core, kubeadm control-plane and kubeadm bootstrap providers, taken from the module cache
 // at the sigs.k8s.io/cluster-api version the root go.mod pins, so the CRDs
 // always match the Go types we compile against.
 func CAPICRDPaths() ([]string, error) {
@@ -83,6 +83,8 @@ func CAPICRDPaths() ([]string, error) {
 	paths := []string{
 		filepath.Join(dir, "core", "config", "crd", "bases"),
 		filepath.Join(dir, "controlplane", "kubeadm", "config", "crd", "bases"),
+		// KubeadmConfig(Template): the workers' bootstrap in samples and templates.
+		filepath.Join(dir, "bootstrap", "kubeadm", "config", "crd", "bases"),
 	}
 	for _, p := range paths {
 		fi, err := os.Stat(p)

@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	clusterreconciler "sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	machinereconciler "sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	mdreconciler "sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
+	machinesetreconciler "sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	"sigs.k8s.io/cluster-api/core/setup"
 	"sigs.k8s.io/cluster-api/util/index"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -99,6 +101,9 @@ type CAPIOptions struct {
 	// Infrastructure sets up the infrastructure provider in CAPI's manager; nil sets up the
 	// test provider (e2e/testinfra) with the management cluster as every workload cluster.
 	Infrastructure func(mgr manager.Manager) error
+	// MachineDeployments also runs CAPI's MachineSet and MachineDeployment reconcilers (worker
+	// Machines from a MachineDeployment, its rollouts).
+	MachineDeployments bool
 }
 
 // StartCAPIWith is StartCAPI with another infrastructure provider (the lifecycle lab's, which
@@ -153,6 +158,18 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 		RemoteConditionsGracePeriod: 5 * time.Minute,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 5}); err != nil {
 		return nil, fmt.Errorf("setting up CAPI Machine reconciler: %w", err)
+	}
+	if o.MachineDeployments {
+		if err := (&machinesetreconciler.Reconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+		}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 2}); err != nil {
+			return nil, fmt.Errorf("setting up CAPI MachineSet reconciler: %w", err)
+		}
+		if err := (&mdreconciler.Reconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 2}); err != nil {
+			return nil, fmt.Errorf("setting up CAPI MachineDeployment reconciler: %w", err)
+		}
 	}
 	infra := o.Infrastructure
 	if infra == nil {

@@ -281,8 +281,8 @@ func testAdmission(t *testing.T, s *suite) {
 }
 
 // thirdPartyKinds are kinds in the samples whose CRDs no module here ships (the in-cluster IPAM
-// provider's pools, the k3s and RKE2 control planes). Every other object, KubeadmControlPlane
-// included (CAPI's real CRD), must be accepted.
+// provider's pools, the k3s and RKE2 control planes). Every other object, KubeadmControlPlane and
+// KubeadmConfigTemplate included (CAPI's real CRDs), must be accepted.
 var thirdPartyKinds = map[string]bool{
 	"InClusterIPPool": true, "GlobalInClusterIPPool": true, "KThreesControlPlane": true, "RKE2ControlPlane": true,
 }

@@ -96,6 +96,7 @@ func TestIntegration(t *testing.T) {
 			{"ClusterClassSample", testClusterClassSample},
 			{"AgentHealthRendered", testAgentHealthRendered},
 			{"AgentHealthAdmission", testAgentHealthAdmission},
+			{"WorkerTargets", testWorkerTargets},
 		} {
 			t.Run(f.name, func(t *testing.T) {
 				t.Parallel()

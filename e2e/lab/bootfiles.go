@@ -63,6 +63,38 @@ func SampleBootFiles(sample string) (cluster string, files []BootFile, err error
 	return cluster, files, nil
 }
 
+// SampleWorkerBootFiles reads the files of the shipped sample's KubeadmConfigTemplate (the
+// workers' bootstrap, config/samples/<sample>): labs boot worker machines with exactly these.
+func SampleWorkerBootFiles(sample string) ([]BootFile, error) {
+	data, err := samples.FS.ReadFile(sample)
+	if err != nil {
+		return nil, fmt.Errorf("sample %s: %w", sample, err)
+	}
+	var files []BootFile
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if u.GetKind() != "KubeadmConfigTemplate" {
+			continue
+		}
+		list, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "files")
+		for i, item := range list {
+			f, err := parseBootFile(item)
+			if err != nil {
+				return nil, fmt.Errorf("sample %s: KubeadmConfigTemplate files[%d]: %w", sample, i, err)
+			}
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("sample %s has no KubeadmConfigTemplate files", sample)
+	}
+	return files, nil
+}
+
 func parseBootFile(item any) (BootFile, error) {
 	m, ok := item.(map[string]any)
 	if !ok {

@@ -32,8 +32,11 @@ type infra struct {
 	client    client.Client
 	apiReader client.Reader
 	deps      *nodeDeps
-	// bootstrapSecret names the Secret the machines' bootstrap files come from.
+	// bootstrapSecret names the Secret the control-plane machines' bootstrap files come from.
 	bootstrapSecret string
+	// workers, when set, boots the Machines whose spec.bootstrap.dataSecretName is its Secret as
+	// workers (workers.go).
+	workers *bootRole
 
 	mu    sync.Mutex
 	nodes map[string]*Node
@@ -75,8 +78,17 @@ func (r *infra) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	n := r.nodes[req.Name]
 	r.mu.Unlock()
 	if n == nil {
+		role, ok, err := r.roleOf(ctx, tm)
+		if err != nil || !ok {
+			// The Machine has not adopted its TestMachine yet: its bootstrap is not known.
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, err
+		}
+		secretName := r.bootstrapSecret
+		if role.worker {
+			secretName = role.secret
+		}
 		secret := &corev1.Secret{}
-		err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: r.bootstrapSecret}, secret)
+		err = r.apiReader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: secretName}, secret)
 		if apierrors.IsNotFound(err) {
 			// The bootstrap data is not ready: a machine cannot boot yet.
 			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
@@ -89,7 +101,7 @@ func (r *infra) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		index := r.next
 		r.mu.Unlock()
 		providerID := testinfra.ProviderID(req.Namespace, req.Name)
-		if n, err = r.deps.boot(ctx, req.Name, index, providerID, secret, r.running()); err != nil {
+		if n, err = r.deps.boot(ctx, req.Name, index, providerID, secret, r.running(), role); err != nil {
 			r.deps.lab.Logf("infra", "%v", err)
 			return ctrl.Result{}, err
 		}

@@ -53,6 +53,9 @@ type Options struct {
 	Name string
 	// APIServer is what the machines run behind the VIP (default StandIn).
 	APIServer APIServer
+	// Workers also runs CAPI's MachineDeployment and MachineSet reconcilers and boots the worker
+	// LoadBalancer's Machines as workers (workers.go).
+	Workers bool
 }
 
 // Lab is a running lifecycle lab.
@@ -132,7 +135,12 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		return l, err
 	}
 	l.infra = &infra{bootstrapSecret: cluster + "-caplb-agent", nodes: map[string]*Node{}, deps: deps}
-	if l.capi, err = l.Mgmt.StartCAPIWith(ctx, harness.CAPIOptions{Infrastructure: func(mgr ctrl.Manager) error {
+	if opts.Workers {
+		if l.infra.workers, err = l.workerRole(); err != nil {
+			return l, err
+		}
+	}
+	if l.capi, err = l.Mgmt.StartCAPIWith(ctx, harness.CAPIOptions{MachineDeployments: opts.Workers, Infrastructure: func(mgr ctrl.Manager) error {
 		l.infra.client, l.infra.apiReader = mgr.GetClient(), mgr.GetAPIReader()
 		deps.mgmt = mgr.GetAPIReader()
 		return l.infra.setup(mgr)

@@ -85,7 +85,7 @@ type nodeDeps struct {
 // it registers the Node as the kubelet does.
 // With a real control plane, kubeadm makes the machine instead (bootRealCP); others are the
 // running machines.
-func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID string, secret *corev1.Secret, others []*Node) (n *Node, err error) {
+func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID string, secret *corev1.Secret, others []*Node, role bootRole) (n *Node, err error) {
 	n = &Node{Name: name, Index: index, deps: d, providerID: providerID,
 		Root:     filepath.Join(d.lab.Dir(), "machines", name, "root"),
 		rootfs:   filepath.Join(d.lab.Dir(), "machines", name, "rootfs"),
@@ -107,8 +107,15 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 		return n, err
 	}
 	// cloud-init: the bootstrap's write_files.
-	if err := writeBootFiles(n.Root, d.files, secret); err != nil {
+	files := d.files
+	if role.worker {
+		files = role.files
+	}
+	if err := writeBootFiles(n.Root, files, secret); err != nil {
 		return n, err
+	}
+	if role.worker {
+		return n, d.bootWorker(ctx, n, secret)
 	}
 	if d.real != nil {
 		return n, d.bootRealCP(ctx, n, secret.Namespace, others)

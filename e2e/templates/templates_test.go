@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -17,9 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/templates"
@@ -47,19 +49,13 @@ var clusterctlVars = map[string]string{
 var unservedKinds = []string{"Metal3Cluster", "Metal3ClusterTemplate", "Metal3MachineTemplate", "InClusterIPPool"}
 
 // startAPIServer starts the test control plane with CAPI's core, kubeadm control-plane and
-// kubeadm bootstrap CRDs and caplb's, and returns an admin client.
+// kubeadm bootstrap CRDs (envtest.CAPICRDPaths) and caplb's, and returns an admin client.
 func startAPIServer(t *testing.T) client.Client {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the test control plane (make testbin); skipped with -short")
 	}
-	capi, err := envtest.CAPICRDPaths()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// <module>/core/config/crd/bases → <module>/bootstrap/kubeadm/config/crd/bases
-	module := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(capi[0]))))
-	env, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{filepath.Join(module, "bootstrap", "kubeadm", "config", "crd", "bases")}})
+	env, err := envtest.Start(envtest.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +162,13 @@ func TestClusterTemplates(t *testing.T) {
 		t.Run(flavors[i], func(t *testing.T) {
 			ns := "tmpl-" + flavors[i]
 			createNamespace(ctx, t, c, ns)
-			got := dryRunAll(ctx, t, c, n, ns, process(t, n, clusterctlVars))
+			manifest := process(t, n, clusterctlVars)
+			got := dryRunAll(ctx, t, c, n, ns, manifest)
 			want := []string{"Cluster", "KubeadmControlPlane", "LoadBalancer"}
+			if strings.HasSuffix(flavors[i], "-ingress") {
+				want = append(want, "MachineDeployment", "KubeadmConfigTemplate")
+				checkWorkerFiles(t, n, manifest)
+			}
 			if strings.HasPrefix(flavors[i], "caplb-") {
 				// A Cluster of a ClusterClass: the class's objects are in clusterclass-<flavor>.yaml.
 				want = []string{"Cluster"}
@@ -178,5 +179,53 @@ func TestClusterTemplates(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkWorkerFiles: the workers' KubeadmConfigTemplate writes the agent's files from the Secret the
+// worker LoadBalancer renders (lbv1.AgentSecretName), and that LoadBalancer selects the
+// MachineDeployment's Machines and never publishes the Cluster's endpoint.
+func checkWorkerFiles(t *testing.T, name string, manifest []byte) {
+	t.Helper()
+	objs, err := harness.Decode(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secret, mdLabel, mdName string
+	var files []any
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "LoadBalancer":
+			lb := &lbv1.LoadBalancer{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, lb); err != nil {
+				t.Fatal(err)
+			}
+			if lb.Spec.SelectsWorkerMachines() {
+				secret = lbv1.AgentSecretName(lb)
+				if lb.Spec.PublishesClusterEndpoint() {
+					t.Errorf("%s: worker LoadBalancer %s publishes the Cluster's endpoint", name, lb.Name)
+				}
+				mdLabel = lb.Spec.Selector.MatchLabels["cluster.x-k8s.io/deployment-name"]
+			}
+		case "KubeadmConfigTemplate":
+			files, _, _ = unstructured.NestedSlice(o.Object, "spec", "template", "spec", "files")
+		case "MachineDeployment":
+			if v, _, _ := unstructured.NestedString(o.Object, "spec", "template", "metadata", "labels", "cluster.x-k8s.io/deployment-name"); v != o.GetName() {
+				t.Errorf("%s: MachineDeployment %s labels its Machines %q", name, o.GetName(), v)
+			}
+			mdName = o.GetName()
+		}
+	}
+	if secret == "" || len(files) != 3 {
+		t.Fatalf("%s: want a worker LoadBalancer and three files in the KubeadmConfigTemplate (got Secret %q, %d files)", name, secret, len(files))
+	}
+	if mdName != mdLabel {
+		t.Errorf("%s: the worker LoadBalancer selects deployment %q, not MachineDeployment %q", name, mdLabel, mdName)
+	}
+	for _, f := range files {
+		got, _, _ := unstructured.NestedString(f.(map[string]any), "contentFrom", "secret", "name")
+		if got != secret {
+			t.Errorf("%s: a worker file comes from Secret %q, the worker LoadBalancer renders %q", name, got, secret)
+		}
 	}
 }

@@ -259,7 +259,7 @@ func TestWriteIncludesTemplates(t *testing.T) {
 	dir := t.TempDir()
 	_, err := Write(o, dir)
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, flavor := range []string{"static", "arp", "bgp"} {
+	for _, flavor := range []string{"static", "arp", "bgp", "arp-ingress"} {
 		name := "cluster-template-" + flavor + ".yaml"
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		g.Expect(err).NotTo(HaveOccurred(), "release lacks %s", name)

@@ -20,17 +20,13 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 
-// SecretSuffix ends the bootstrap Secret's name: <cluster>-caplb-agent (or <loadbalancer>-caplb-agent
-// for a LoadBalancer without spec.clusterName).
-const SecretSuffix = "-caplb-agent"
+// SecretSuffix ends the bootstrap Secret's name (lbv1.AgentSecretSuffix).
+const SecretSuffix = lbv1.AgentSecretSuffix
 
-// SecretName is the bootstrap Secret of lb, in lb's namespace.
-func SecretName(lb *lbv1.LoadBalancer) string {
-	if lb.Spec.ClusterName != "" {
-		return lb.Spec.ClusterName + SecretSuffix
-	}
-	return lb.Name + SecretSuffix
-}
+// SecretName is the bootstrap Secret of lb, in lb's namespace: <cluster>-caplb-agent for a
+// control plane, <loadbalancer>-caplb-agent for worker Machines or without spec.clusterName
+// (lbv1.AgentSecretName).
+func SecretName(lb *lbv1.LoadBalancer) string { return lbv1.AgentSecretName(lb) }
 
 // newGossipKey returns 32 random bytes, base64: the agents' memberlist key (AES-256).
 func newGossipKey() ([]byte, error) {
@@ -95,6 +91,24 @@ func (b *Backend) loadSecret(ctx context.Context, lb *lbv1.LoadBalancer) (*corev
 		// Never start over from version 0: agents would ignore the older versions for ever.
 		return nil, agentv1.Membership{}, fmt.Errorf("bootstrap Secret %s key %s: %w; fix or restore it",
 			key, agentv1.SecretMembershipKey, err)
+	}
+	return sec, m, nil
+}
+
+// loadSecretIfAny reads the bootstrap Secret's membership without creating the Secret (release);
+// a missing or foreign Secret is an error.
+func (b *Backend) loadSecretIfAny(ctx context.Context, lb *lbv1.LoadBalancer) (*corev1.Secret, agentv1.Membership, error) {
+	sec := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: lb.Namespace, Name: SecretName(lb)}
+	if err := b.opts.Client.Get(ctx, key, sec); err != nil {
+		return nil, agentv1.Membership{}, fmt.Errorf("reading bootstrap Secret %s: %w", key, err)
+	}
+	if !metav1.IsControlledBy(sec, lb) {
+		return nil, agentv1.Membership{}, fmt.Errorf("secret %s is not controlled by this LoadBalancer", key)
+	}
+	m, err := agentv1.ParseMembership(string(sec.Data[agentv1.SecretMembershipKey]))
+	if err != nil {
+		return nil, agentv1.Membership{}, fmt.Errorf("bootstrap Secret %s key %s: %w", key, agentv1.SecretMembershipKey, err)
 	}
 	return sec, m, nil
 }

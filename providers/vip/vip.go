@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -367,20 +368,23 @@ func (b *Backend) Restore(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 
 // Release implements providers.Backend: the annotations it wrote on reachable Nodes, the
 // IPAddressClaim and the bootstrap Secret. An unreachable workload cluster does not hold the
-// deletion up (the cluster is usually going away with the LoadBalancer).
+// deletion up (the cluster is usually going away with the LoadBalancer). Only this
+// LoadBalancer's Nodes lose their annotations: another LoadBalancer of the Cluster (the control
+// plane's VIP beside a worker ingress VIP) keeps its own on its own Nodes.
 func (b *Backend) Release(ctx context.Context, lb *lbv1.LoadBalancer) error {
 	log := ctrl.LoggerFrom(ctx)
 	if wl, err := b.workload(ctx, lb); err == nil {
-		var nodes corev1.NodeList
-		if err := wl.List(ctx, &nodes); err != nil {
-			log.Info("Cannot list the workload cluster's Nodes; leaving their annotations", "reason", err.Error())
-		} else {
-			for i := range nodes.Items {
-				n := &nodes.Items[i]
-				for _, k := range []string{agentv1.MembershipAnnotation, agentv1.QuiesceAnnotation} {
-					if err := setNodeAnnotation(ctx, wl, n, k, ""); err != nil {
-						log.Info("Cannot remove an annotation", "node", n.Name, "annotation", k, "reason", err.Error())
-					}
+		for _, name := range b.memberNodes(ctx, lb) {
+			n := &corev1.Node{}
+			if err := wl.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+				if !apierrors.IsNotFound(err) {
+					log.Info("Cannot read a Node; leaving its annotations", "node", name, "reason", err.Error())
+				}
+				continue
+			}
+			for _, k := range []string{agentv1.MembershipAnnotation, agentv1.QuiesceAnnotation} {
+				if err := setNodeAnnotation(ctx, wl, n, k, ""); err != nil {
+					log.Info("Cannot remove an annotation", "node", n.Name, "annotation", k, "reason", err.Error())
 				}
 			}
 		}
@@ -405,6 +409,36 @@ func (b *Backend) Release(ctx context.Context, lb *lbv1.LoadBalancer) error {
 		return true
 	})
 	return errors.Join(errs...)
+}
+
+// memberNodes names the Nodes this LoadBalancer annotated: the members of its current membership
+// and the Nodes of the targets it still lists (joiners learn the membership too). Machines that
+// are gone, or have no Node, name none.
+func (b *Backend) memberNodes(ctx context.Context, lb *lbv1.LoadBalancer) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(n string) {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	if _, cur, err := b.loadSecretIfAny(ctx, lb); err == nil {
+		for _, m := range cur.Members {
+			add(m.Name)
+		}
+	}
+	for _, t := range lb.Status.Targets {
+		if lb.Spec.TargetKind.IsNode() {
+			add(t.Name)
+			continue
+		}
+		m := &clusterv1.Machine{}
+		if err := b.opts.Client.Get(ctx, client.ObjectKey{Namespace: lb.Namespace, Name: t.Name}, m); err == nil {
+			add(m.Status.NodeRef.Name)
+		}
+	}
+	return out
 }
 
 // deleteOwned deletes obj if it exists and lb controls it.
