@@ -477,10 +477,29 @@ func TestOwnerReleasesWithoutMajorityContact(t *testing.T) {
 	g.Expect(a.st.holding).To(BeTrue(), "settled with contact: the most preferred eligible member claims again")
 }
 
+// TestStalledOwnerAsksBeforeReleasing: an owner whose process was starved
+// past contactTimeout (its background pings' answers unread) asks a majority
+// directly before it lets go, and keeps the VIP when they answer: releasing
+// would leave the VIP with nobody until another member claims, and reset
+// every connection it serves.
+func TestStalledOwnerAsksBeforeReleasing(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, dp, _ := newTestAgent(t, 0)
+	t0 := claimAsMostPreferred(t, a, ml)
+	ml.contact = t0.Add(600 * time.Millisecond)
+	before := ml.confirms
+
+	step(a, t0.Add(1300*time.Millisecond))
+	g.Expect(ml.confirms).To(Equal(before+1), "one direct-ping round")
+	g.Expect(a.st.holding).To(BeTrue(), "a majority answered the round: keeps the VIP")
+	g.Expect(dp.announce).To(BeTrue())
+}
+
 // TestStalledOwnerDoesNotReclaim: an owner whose process stalled past
-// contactTimeout wakes up to a stale view in which its successor looks dead.
-// It releases, and in the settle that follows it learns that the successor
-// holds the VIP, so the VIP does not move back.
+// contactTimeout wakes up to a stale view in which its successor looks dead,
+// and its direct-ping round goes unanswered too. It releases, and in the
+// settle that follows it learns that the successor holds the VIP, so the VIP
+// does not move back.
 func TestStalledOwnerDoesNotReclaim(t *testing.T) {
 	g := NewWithT(t)
 	a, ml, _, _ := newTestAgent(t, 0)
@@ -490,8 +509,10 @@ func TestStalledOwnerDoesNotReclaim(t *testing.T) {
 	// Woken up 700 ms later: the last answer is from before the stall, b
 	// (the successor) is dead in the stale view, c is alive and not holding.
 	ml.set(0, false, election.Meta{})
+	ml.confirm = false
 	step(a, t0.Add(1300*time.Millisecond))
-	g.Expect(a.st.holding).To(BeFalse(), "stale contact: releases")
+	g.Expect(a.st.holding).To(BeFalse(), "stale contact, round unanswered: releases")
+	ml.confirm = true
 
 	// The next ping round is answered; the view still shows nobody holding.
 	ml.contact = t0.Add(1350 * time.Millisecond)

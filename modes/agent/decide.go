@@ -43,6 +43,19 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 	if st.holding || !(eligible && d.Quorum && d.Owner == self) {
 		st.claimSince = time.Time{}
 	}
+	// A holder whose background pings went unanswered for contactTimeout may
+	// have been starved of CPU rather than cut off (the answers then sit in
+	// its socket unread): it asks a majority directly once more before it
+	// lets go. A real minority gets no answer and releases a direct-ping
+	// round (at most 3 x probeTimeout) later.
+	lost := st.holding && d.Quorum && r.lostContact(in)
+	if lost {
+		c := in.confirmation
+		if c == nil {
+			return true, "", needConfirmation
+		}
+		lost = c.reached < c.needed
+	}
 	switch {
 	case st.holding && in.linkDown:
 		// Nobody can be reached to hand over to: let go at once, as
@@ -52,8 +65,8 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		return true, "gossip shows no quorum, but a majority answered direct pings just now", needNothing
 	case !d.Quorum:
 		return false, d.Reason, needNothing
-	case st.holding && r.lostContact(in):
-		return false, fmt.Sprintf("no direct answer from a majority for %v", e.ContactTimeout.Duration), needNothing
+	case lost:
+		return false, fmt.Sprintf("no direct answer from a majority for %v, nor to a direct-ping round just now", e.ContactTimeout.Duration), needNothing
 	case eligible && d.Owner == self:
 		if st.holding {
 			return true, d.Reason, needNothing

@@ -255,12 +255,28 @@ func TestStepHandOver(t *testing.T) {
 		{name: "the VIP interface down: released at once",
 			st: owner(), in: with(moment(t0, self, peer("b", true, eligiblePeer)), func(in *inputs) { in.linkDown, in.linkUp = true, false }),
 			reason: "VIP interface down"},
-		{name: "no direct answer from a majority for contactTimeout: released",
+		{name: "no direct answer from a majority for contactTimeout: a direct-ping round first (a starved holder's answers sit unread)",
 			st: owner(), in: with(moment(t0, self, peer("b", true, eligiblePeer)), func(in *inputs) { in.confirmedAt = t0.Add(-time.Second) }),
-			reason: "no direct answer from a majority",
+			needPing: true},
+		{name: "no direct answer from a majority, nor to the round: released",
+			st: owner(), in: with(moment(t0, self, peer("b", true, eligiblePeer)), func(in *inputs) {
+				in.confirmedAt = t0.Add(-time.Second)
+				in.confirmation = &confirmation{reached: 1, needed: 2}
+			}),
+			reason: "no direct answer from a majority for 500ms, nor to a direct-ping round just now",
 			check: func(g Gomega, st loopState, _ output) {
 				g.Expect(st.quorumSince).To(Equal(t0), "settles again from now")
 			}},
+		{name: "no answer for contactTimeout but a majority answers the round: keeps the VIP (it was starved, not cut off)",
+			st: owner(), in: confirmed(with(moment(t0, self, peer("b", true, eligiblePeer)), func(in *inputs) { in.confirmedAt = t0.Add(-time.Second) })),
+			holding: true},
+		{name: "a draining holder starved: the round, then the busy count (two I/Os in one turn)",
+			tweak: func(c *agentv1.AgentConfiguration) { c.Quiesce.BusyDrain.Duration = 10 * time.Second },
+			st: with2(owner(), func(s *loopState) {
+				s.quiescing, s.handingOver, s.successor, s.successorAt = true, true, "b", t0.Add(-time.Second)
+			}),
+			in:       confirmed(with(moment(t0, self, peer("b", true, holdingPeer)), func(in *inputs) { in.confirmedAt = t0.Add(-time.Second) })),
+			needBusy: true},
 	})
 }
 
