@@ -251,16 +251,20 @@ func mustAtoi(t *testing.T, s string) int64 {
 	return n
 }
 
-// The release carries the clusterctl templates, byte for byte, under the names clusterctl looks
-// for (`clusterctl generate cluster --flavor <flavor>` reads cluster-template-<flavor>.yaml).
+// The release carries the clusterctl templates and the ClusterClass, byte for byte, under the names
+// clusterctl looks for (`clusterctl generate cluster --flavor <flavor>` reads
+// cluster-template-<flavor>.yaml).
 func TestWriteIncludesTemplates(t *testing.T) {
 	g := NewWithT(t)
 	o := testOptions(t)
 	dir := t.TempDir()
 	_, err := Write(o, dir)
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, flavor := range []string{"static", "arp", "bgp", "arp-ingress"} {
-		name := "cluster-template-" + flavor + ".yaml"
+	names := []string{"clusterclass-caplb-arp.yaml"}
+	for _, flavor := range []string{"static", "arp", "bgp", "arp-ingress", "caplb-arp", "caplb-arp-ingress"} {
+		names = append(names, "cluster-template-"+flavor+".yaml")
+	}
+	for _, name := range names {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		g.Expect(err).NotTo(HaveOccurred(), "release lacks %s", name)
 		want, err := os.ReadFile(filepath.Join(o.Root, "templates", name))
