@@ -109,10 +109,53 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 			return false, "yielding: " + d.Reason, needNothing
 		}
 		return false, d.Reason, needNothing
+	case !st.holding && r.failOpenClaim(*st, in, v):
+		if !settled {
+			return false, "fail-open: quorum regained; settling before claiming", needNothing
+		}
+		if now.Sub(st.confirmFailAt) < e.ProbeInterval.Duration {
+			return false, "fail-open claim withheld: a majority did not answer direct pings", needNothing
+		}
+		c := in.confirmation
+		if c == nil {
+			return false, "", needConfirmation
+		}
+		if c.reached < c.needed {
+			st.confirmFailAt = now
+			return false, fmt.Sprintf("fail-open claim withheld: %d of %d needed members answered direct pings", c.reached, c.needed), needNothing
+		}
+		return true, "fail-open: nobody holds the VIP and no member is eligible; this node, the most preferred, claims it", needNothing
 	case !st.holding:
 		return false, "not eligible: " + r.ineligibleReason(*st, in), needNothing
 	}
 	return r.handOver(st, in, v)
+}
+
+// failOpenClaim: nobody alive holds the VIP and no member is eligible (every
+// API server failing at once: etcd without quorum, or coming back one by
+// one), and this node, unhealthy but neither quiescing nor exiting, is the
+// most preferred alive member that is not quiescing. Fail-open keeps the
+// VIP on a holder; this claims it when the holder was lost (it died, or a
+// starved one let go), so that recovery tools still reach an API server
+// and clients find one the moment it turns ready.
+func (r rules) failOpenClaim(st loopState, in inputs, v election.View) bool {
+	if !r.failOpen() || in.healthy || st.quiescing || st.exiting || !in.linkUp || !v.Member {
+		return false
+	}
+	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
+		if m.Name != r.cfg.NodeName && m.Alive && (m.Meta.Holding || m.Meta.Eligible) {
+			return false
+		}
+	}
+	for _, m := range v.Members {
+		if m.Name == r.cfg.NodeName {
+			return true
+		}
+		if m.Alive && !m.Meta.Quiescing {
+			return false // a member preferred over this one claims
+		}
+	}
+	return false
 }
 
 // handOver decides for a holder that is not eligible: make-before-break.
@@ -159,7 +202,16 @@ func (r rules) handOver(st *loopState, in inputs, v election.View) (bool, string
 		return false, "local API server unhealthy and no eligible member to hand over to", needNothing
 	case st.exiting && !candidate:
 		return false, "exiting and no eligible member to hand over to", needNothing
-	case (st.exiting || !in.healthy) && waited >= r.cfg.Quiesce.HandoverTimeout.Duration:
+	case st.exiting && waited >= r.cfg.Quiesce.HandoverTimeout.Duration:
+		return false, fmt.Sprintf("no successor announced within %v (%s)", r.cfg.Quiesce.HandoverTimeout.Duration, r.ineligibleReason(*st, in)), needNothing
+	case !in.healthy && waited >= r.cfg.Quiesce.HandoverTimeout.Duration && r.failOpen():
+		// An eligible member that does not claim (its view withholds the
+		// claim, or its health flaps while the API servers come back one by
+		// one) is no reason to leave the VIP with nobody: an unhealthy API
+		// server may still serve (a SIGTERMed one does for its
+		// shutdown-delay-duration). Keep it, answering again (handOverStalled).
+		return true, fmt.Sprintf("no successor announced within %v: keeping the VIP, answering for it, until one does", r.cfg.Quiesce.HandoverTimeout.Duration), needNothing
+	case !in.healthy && waited >= r.cfg.Quiesce.HandoverTimeout.Duration:
 		return false, fmt.Sprintf("no successor announced within %v (%s)", r.cfg.Quiesce.HandoverTimeout.Duration, r.ineligibleReason(*st, in)), needNothing
 	case !candidate:
 		return true, "quiesce pending: no eligible member to hand over to", needNothing

@@ -99,7 +99,7 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 	// the only way to the VIP: it keeps answering and announcing, or a
 	// neighbour whose cache expires, or that a brief claimant moved, finds
 	// nobody.
-	quiet := want && !eligible && eligibleOther(view, self)
+	quiet := want && !eligible && eligibleOther(view, self) && !r.handOverStalled(st, in)
 	st.waitingReason = ""
 	if want == st.holding && reason != d.Reason {
 		st.waitingReason = reason
@@ -204,6 +204,14 @@ func (r rules) handOverFrom(v election.View) *dataplane.HandOver {
 		return nil
 	}
 	return nil
+}
+
+// handOverStalled: an unhealthy holder has waited quiesce.handoverTimeout
+// for a successor that did not announce; it keeps the VIP (handOver) and
+// must answer for it again, or a neighbour whose cache expires finds nobody.
+func (r rules) handOverStalled(st loopState, in inputs) bool {
+	return !in.healthy && !st.exiting && st.successor == "" && !st.handoverStart.IsZero() &&
+		in.now.Sub(st.handoverStart) >= r.cfg.Quiesce.HandoverTimeout.Duration
 }
 
 // memberAddress is m's node address: the configured one when m is in the

@@ -338,6 +338,55 @@ func TestStepFailOpen(t *testing.T) {
 	})
 }
 
+// TestStepFailOpenClaim: with nobody holding and nobody eligible (etcd
+// without quorum, or the API servers coming back one by one), the most
+// preferred alive member that is not quiescing claims the VIP; an unhealthy
+// holder whose eligible successor never announces keeps the VIP, answering.
+func TestStepFailOpenClaim(t *testing.T) {
+	unhealthy := func(in inputs) inputs { in.healthy = false; return in }
+	quiescingPeer := election.Meta{Quiescing: true}
+	stalled := owner()
+	stalled.handoverStart = t0.Add(-6 * time.Second)
+	runStepCases(t, []stepCase{
+		{name: "nobody holds, nobody eligible, self most preferred: a direct-ping round, then the claim",
+			st: settled(), in: unhealthy(moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer))), needPing: true},
+		{name: "confirmed: claims, answering (nobody to be quiet for)",
+			st: settled(), in: confirmed(unhealthy(moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer)))),
+			holding: true, reason: "fail-open: nobody holds the VIP and no member is eligible"},
+		{name: "a more preferred member alive: it claims, not self",
+			st: settled(), in: unhealthy(moment(t0, peer("b", true, downPeer), self, peer("c", true, downPeer))), reason: "not eligible"},
+		{name: "the more preferred member quiescing: self claims",
+			st: settled(), in: unhealthy(moment(t0, peer("b", true, quiescingPeer), self, peer("c", true, downPeer))), needPing: true},
+		{name: "the more preferred member dead: self claims",
+			st: settled(), in: unhealthy(moment(t0, peer("b", false, downPeer), self, peer("c", true, downPeer))), needPing: true},
+		{name: "someone holds: fail-open is its business",
+			st: settled(), in: unhealthy(moment(t0, self, peer("b", true, election.Meta{Holding: true}), peer("c", true, downPeer)))},
+		{name: "a removed member still holds: no claim",
+			st: settled(), in: with(unhealthy(moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer))), func(in *inputs) {
+				in.view.Others = []election.MemberView{{Name: "gone", Alive: true, Meta: election.Meta{Holding: true}}}
+			})},
+		{name: "someone eligible: it claims the normal way",
+			st: settled(), in: unhealthy(moment(t0, self, peer("b", true, eligiblePeer), peer("c", true, downPeer)))},
+		{name: "failOpen: false: no claim",
+			tweak: func(c *agentv1.AgentConfiguration) { c.Election.FailOpen = new(false) },
+			st:    settled(), in: unhealthy(moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer)))},
+		{name: "self quiescing: no claim",
+			st: with2(settled(), func(s *loopState) { s.quiescing = true }),
+			in: unhealthy(moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer)))},
+		{name: "healthy self is simply eligible (the normal claim)",
+			st: settled(), in: moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer)), needPing: true},
+		{name: "an unhealthy holder whose eligible successor never announced: keeps the VIP after handoverTimeout, answering",
+			st: stalled, in: unhealthy(moment(t0, self, peer("b", true, eligiblePeer), peer("c", true, downPeer))),
+			holding: true, quiet: false, reason: "no successor announced within 5s: keeping the VIP"},
+		{name: "before handoverTimeout it waits quiet",
+			st: with2(owner(), func(s *loopState) { s.handoverStart = t0.Add(-time.Second) }),
+			in: unhealthy(moment(t0, self, peer("b", true, eligiblePeer), peer("c", true, downPeer))), holding: true, quiet: true},
+		{name: "exiting: still released after handoverTimeout",
+			st: with2(stalled, func(s *loopState) { s.exiting, s.quiescing = true, true }),
+			in: unhealthy(moment(t0, self, peer("b", true, eligiblePeer), peer("c", true, downPeer))), reason: "no successor announced within"},
+	})
+}
+
 // TestStepSilentHolder: a holder silent to a majority of direct pings is
 // treated as failed; silent to us alone, it is only reported.
 func TestStepSilentHolder(t *testing.T) {
