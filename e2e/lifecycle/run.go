@@ -50,6 +50,15 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go l.watchMachines(sctx, rec)
+	etcdDone := make(chan struct{})
+	go func() {
+		defer close(etcdDone)
+		if l.real != nil {
+			// The etcd membership beside the VIP's holders: learners added and promoted,
+			// members removed, the leader moving.
+			l.sampleEtcd(sctx, rec, 250*time.Millisecond)
+		}
+	}()
 	var prober *observe.Prober
 	var cg *clients.Run
 	s := &Scenario{Lab: l, Recorder: stepLogger{rec, log}, AfterBootstrap: func() error {
@@ -85,6 +94,7 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	}
 	stop()
 	rec.Stop()
+	<-etcdDone
 	out.Input.Backend = string(l.opts.Backend)
 	out.Input.Timeline = rec.Timeline()
 	out.Result = observe.Summarize(out.Input)
