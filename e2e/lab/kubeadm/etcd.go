@@ -204,7 +204,11 @@ func (e *Etcd) moveLeadership(ctx context.Context, leaving *etcdserverpb.Member,
 	if len(leaving.ClientURLs) == 0 {
 		return nil
 	}
-	st, err := e.c.Status(ctx, leaving.ClientURLs[0])
+	// A dead member (a machine killed and being replaced) never answers: the client's retries
+	// must not eat the removal's minute.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	st, err := e.c.Status(sctx, leaving.ClientURLs[0])
+	cancel()
 	if err != nil || st.Leader != leaving.ID {
 		return nil // unreachable (already gone) or not the leader: nothing to move
 	}
