@@ -221,7 +221,10 @@ func (c *Lab) HardKill(ctx context.Context, cs *kubernetes.Clientset) (HardKill,
 	victim := c.machine(c.Holders()[0])
 	k.Victim = victim.Name
 	// The kept connection must be alive and on the owner before the kill.
-	if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+	if err := poll(ctx, 10*time.Second, 100*time.Millisecond, func() error {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
 		return k, fmt.Errorf("client-go before the kill: %w", err)
 	}
 	start := time.Now()
