@@ -36,9 +36,9 @@ type QuorumLoss struct {
 	APIError    string `json:"api_error,omitempty"`
 	// OwnerKept: the fail-open owner of the steady stretch still held the VIP at its end.
 	OwnerKept bool `json:"owner_kept"`
-	// WriteRecoverySeconds is from the etcd restart to the first write through the VIP that
-	// succeeded (attempts back to back, 2 s timeout each).
-	WriteRecoverySeconds float64 `json:"write_recovery_seconds"`
+	// Restarted is when the kubelet started the killed etcd members again (clients time their
+	// recovery from it).
+	Restarted time.Time `json:"-"`
 }
 
 // QuorumLoss kills the etcd of two machines (not the VIP owner's) so that no API server is
@@ -136,9 +136,10 @@ func (c *Lab) QuorumLoss(ctx context.Context, cs *kubernetes.Clientset, hold tim
 	if err := restart(); err != nil {
 		return q, err
 	}
+	q.Restarted = restarted
 	q.DownSeconds = restarted.Sub(killed).Seconds()
-	recovered := make(chan time.Duration, 1)
-	go func() { recovered <- firstWrite(ctx, cs, restarted, time.Minute) }()
+	recovered := make(chan bool, 1)
+	go func() { recovered <- writesAgain(ctx, cs, restarted, time.Minute) }()
 	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() error {
 		if r := c.ReadyMachines(ctx); len(r) < len(c.machines) {
 			return fmt.Errorf("ready: %v", r)
@@ -148,11 +149,9 @@ func (c *Lab) QuorumLoss(ctx context.Context, cs *kubernetes.Clientset, hold tim
 		return q, fmt.Errorf("the API servers never all became ready: %w", err)
 	}
 	returned := time.Now()
-	d := <-recovered
-	if d < 0 {
+	if !<-recovered {
 		return q, errors.New("no write through the VIP committed within a minute of quorum's return")
 	}
-	q.WriteRecoverySeconds = d.Seconds()
 	// The API servers turn ready one after the other: when another is ready before the
 	// fail-open holder's, the VIP moves to it, and both hold for the drain of that
 	// make-before-break hand-over; then one.
@@ -177,22 +176,22 @@ func oneHolder(log *holderLog) func() error {
 	}
 }
 
-// firstWrite writes through cs back to back until one commits and returns the time from since;
-// -1 if none did within limit.
-func firstWrite(ctx context.Context, cs *kubernetes.Clientset, since time.Time, limit time.Duration) time.Duration {
+// writesAgain writes through cs (the client that saw the loss, not told about the return) until
+// one commits or limit after since passes.
+func writesAgain(ctx context.Context, cs *kubernetes.Clientset, since time.Time, limit time.Duration) bool {
 	for time.Since(since) < limit && ctx.Err() == nil {
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := Write(wctx, cs, "after-quorum")
 		cancel()
 		if err == nil {
-			return time.Since(since)
+			return true
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return -1
+	return false
 }
 
 // HardKill is what one hard kill of the VIP owner's machine showed.

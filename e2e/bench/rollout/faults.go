@@ -85,10 +85,11 @@ func runFaults(ctx context.Context, o faultOptions, bins lifecycle.Binaries, out
 			var t quorumLossTrial
 			r, err := c.StartClients(ctx, fmt.Sprintf("quorum-%d", i))
 			if err == nil {
-				t.QuorumLoss, err = c.QuorumLoss(ctx, cs, o.hold)
-				t.ClientGo = trialClients(r.Stop(30 * time.Second))
+				var q realcp.QuorumLoss
+				q, err = c.QuorumLoss(ctx, cs, o.hold)
+				t = newQuorumLossTrial(q, r, r.Stop(30*time.Second))
 			}
-			logf("quorum loss %d: %+v; client-go %s", i, t.QuorumLoss, clientLine(t.ClientGo))
+			logf("quorum loss %d: %+v; client-go writes again %.2f s after the restart, %s", i, t.QuorumLoss, t.WriteRecoverySeconds, clientLine(t.ClientGo))
 			if err != nil {
 				t.Error = err.Error()
 				errs = append(errs, fmt.Errorf("quorum loss %d: %w", i, err))

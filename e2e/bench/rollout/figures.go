@@ -135,8 +135,19 @@ func summarizeHardKill(trials []hardKillTrial) *hardKillFigures {
 
 type quorumLossTrial struct {
 	realcp.QuorumLoss
-	ClientGo clients.Result `json:"client_go"`
-	Error    string         `json:"error,omitempty"`
+	// WriteRecoverySeconds is from the etcd restart to the first client-go write (the clients'
+	// writer, every 20 ms) that returned a success after it; -1: none did.
+	WriteRecoverySeconds float64        `json:"write_recovery_seconds"`
+	ClientGo             clients.Result `json:"client_go"`
+	Error                string         `json:"error,omitempty"`
+}
+
+func newQuorumLossTrial(q realcp.QuorumLoss, r *clients.Run, res clients.Result) quorumLossTrial {
+	t := quorumLossTrial{QuorumLoss: q, WriteRecoverySeconds: -1, ClientGo: trialClients(res)}
+	if d := r.FirstWriteAfter(q.Restarted); !q.Restarted.IsZero() && d >= 0 {
+		t.WriteRecoverySeconds = math.Round(d.Seconds()*100) / 100
+	}
+	return t
 }
 
 type quorumLossFigures struct {
@@ -171,7 +182,10 @@ func summarizeQuorumLoss(trials []quorumLossTrial, renewDeadline time.Duration) 
 			continue
 		}
 		f.Trials++
-		down, recovery = append(down, t.DownSeconds), append(recovery, t.WriteRecoverySeconds)
+		down = append(down, t.DownSeconds)
+		if t.WriteRecoverySeconds >= 0 {
+			recovery = append(recovery, t.WriteRecoverySeconds)
+		}
 		f.Loss, f.Steady, f.Return = f.Loss.Add(t.Loss), f.Steady.Add(t.Steady), f.Return.Add(t.Return)
 		if t.APIAnswered {
 			f.APIAnswered++

@@ -100,7 +100,7 @@ func TestSummarizeHardKill(t *testing.T) {
 func TestSummarizeQuorumLoss(t *testing.T) {
 	trial := func(down float64, loss, steady, ret realcp.HolderCounts, answered bool, lost int) quorumLossTrial {
 		return quorumLossTrial{QuorumLoss: realcp.QuorumLoss{DownSeconds: down, Loss: loss, Steady: steady, Return: ret,
-			APIAnswered: answered, WriteRecoverySeconds: 2}, ClientGo: clients.Result{Writes: 50, FailedWrites: 5, LeaderLosses: 1, LostEvents: lost, StoreMatches: true}}
+			APIAnswered: answered}, WriteRecoverySeconds: down / 4, ClientGo: clients.Result{Writes: 50, FailedWrites: 5, LeaderLosses: 1, LostEvents: lost, StoreMatches: true}}
 	}
 	owned := realcp.HolderCounts{Samples: 400}
 	for _, tc := range []struct {
@@ -120,6 +120,7 @@ func TestSummarizeQuorumLoss(t *testing.T) {
 			g.Expect(f.LeaderLossesExpected).To(Equal(1), "only the loss longer than the renew deadline")
 			g.Expect(f.ClientGo.FailedWrites).To(Equal(10))
 			g.Expect(f.EtcdDownSeconds).To(Equal(dist{P50: 8, P99: 22, Max: 22}))
+			g.Expect(f.WriteRecoverySeconds).To(Equal(dist{P50: 2, P99: 5.5, Max: 5.5}))
 		}, true},
 		{"no owner during the loss misses the goal", []quorumLossTrial{trial(22, realcp.HolderCounts{Samples: 400, NoOwner: 1}, owned, owned, true, 0)}, nil, false},
 		{"no owner while quorum returns misses the goal", []quorumLossTrial{trial(22, owned, owned, realcp.HolderCounts{Samples: 9, NoOwner: 2}, true, 0)}, nil, false},
@@ -127,6 +128,15 @@ func TestSummarizeQuorumLoss(t *testing.T) {
 		{"a lost event misses the goal", []quorumLossTrial{trial(22, owned, owned, owned, true, 1)}, nil, false},
 		{"a failed trial misses the goal", []quorumLossTrial{trial(22, owned, owned, owned, true, 0), {Error: "never ready"}},
 			func(g Gomega, f *quorumLossFigures) { g.Expect(f.Trials).To(Equal(1)) }, false},
+		{"writes that never succeeded again are no recovery time", []quorumLossTrial{trial(22, owned, owned, owned, true, 0),
+			func() quorumLossTrial {
+				t := trial(20, owned, owned, owned, true, 0)
+				t.WriteRecoverySeconds = -1
+				return t
+			}()},
+			func(g Gomega, f *quorumLossFigures) {
+				g.Expect(f.WriteRecoverySeconds).To(Equal(dist{P50: 5.5, P99: 5.5, Max: 5.5}))
+			}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
