@@ -20,8 +20,8 @@ bench-controller: testbin build ## Benchmark the manager binary: N LoadBalancers
 	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-controller.json} \
 	  $(GO) run ./e2e/bench/controller -n $(N) -changes $(BENCH_CHANGES) -binary $(OUT)/bin/caplb
 
-# Trials per fault (hard kill, quorum loss) of bench-rollout's fault pass: ~1.5 min of lab boot,
-# then about a minute per trial of each on 2 cores.
+# Trials per fault (hard kill, quorum loss) of bench-rollout's fault pass: 0.5-1.5 min of lab
+# boot, then per trial about 50 s of quorum loss and 30 s of hard kill and rebuild on 2 cores.
 BENCH_ROLLOUT_FAULT_TRIALS ?= 5
 
 .PHONY: bench-rollout

@@ -24,6 +24,10 @@ const (
 	faultQuorumLoss = "quorum_loss"
 )
 
+// clientWindow is how long the clients run before each fault and after it ended, so that
+// client-go's figures cover a steady stretch on either side, not the fault alone.
+const clientWindow = 5 * time.Second
+
 // faultOptions shape the fault pass.
 type faultOptions struct {
 	faults []string
@@ -86,7 +90,12 @@ func runFaults(ctx context.Context, o faultOptions, bins lifecycle.Binaries, out
 			r, err := c.StartClients(ctx, fmt.Sprintf("quorum-%d", i))
 			if err == nil {
 				var q realcp.QuorumLoss
-				q, err = c.QuorumLoss(ctx, cs, o.hold)
+				if err = window(ctx); err == nil {
+					q, err = c.QuorumLoss(ctx, cs, o.hold)
+				}
+				if err == nil {
+					err = window(ctx)
+				}
 				t = newQuorumLossTrial(q, r, r.Stop(30*time.Second))
 			}
 			logf("quorum loss %d: %+v; client-go writes again %.2f s after the restart, %s", i, t.QuorumLoss, t.WriteRecoverySeconds, clientLine(t.ClientGo))
@@ -129,7 +138,13 @@ func hardKillOnce(ctx context.Context, c *realcp.Lab, cs *kubernetes.Clientset, 
 	if err != nil {
 		return hardKillTrial{Error: err.Error()}, err
 	}
-	k, err := c.HardKill(ctx, cs)
+	var k realcp.HardKill
+	if err = window(ctx); err == nil {
+		k, err = c.HardKill(ctx, cs)
+	}
+	if err == nil {
+		err = window(ctx)
+	}
 	t := newHardKillTrial(k, r.Stop(30*time.Second))
 	if err != nil {
 		t.Error = err.Error()
@@ -144,6 +159,16 @@ func hardKillOnce(ctx context.Context, c *realcp.Lab, cs *kubernetes.Clientset, 
 		t.RebuildSeconds = seconds(time.Since(from))
 	}
 	return t, nil
+}
+
+// window lets the clients run for clientWindow: a measurement stretch, not a wait for anything.
+func window(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(clientWindow):
+		return nil
+	}
 }
 
 func clientLine(r clients.Result) string {

@@ -106,8 +106,8 @@ func run(backends string, api lifecycle.APIServer, fo faultOptions, out string) 
 		}
 	}
 	if len(fo.faults) > 0 && len(errs) == 0 {
-		// The whole pass: ~1.5 min of boot, then per trial about a minute of quorum loss and
-		// half a minute of hard kill and rebuild on 2 cores.
+		// A generous bound: on 2 cores the lab boots in 0.5-1.5 min, a quorum-loss trial takes
+		// about 50 s, a hard kill with its rebuild about 30 s.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(fo.trials)*4*time.Minute)
 		f, err := runFaults(ctx, fo, bins, os.Stdout)
 		cancel()
