@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"syscall"
 	"time"
@@ -153,7 +154,7 @@ func (c *Lab) QuorumLoss(ctx context.Context, cs *kubernetes.Clientset, hold tim
 		return q, err
 	}
 	q.Restarted = restarted
-	q.DownSeconds = restarted.Sub(killed).Seconds()
+	q.DownSeconds = math.Round(restarted.Sub(killed).Seconds()*10) / 10
 	recovered := make(chan bool, 1)
 	go func() { recovered <- writesAgain(ctx, cs, restarted, time.Minute) }()
 	if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() error {
