@@ -87,6 +87,7 @@ func runFaults(ctx context.Context, o faultOptions, bins lifecycle.Binaries, out
 		var trials []quorumLossTrial
 		for i := 1; i <= o.trials; i++ {
 			var t quorumLossTrial
+			from := time.Now()
 			r, err := c.StartClients(ctx, fmt.Sprintf("quorum-%d", i))
 			if err == nil {
 				var q realcp.QuorumLoss
@@ -99,6 +100,10 @@ func runFaults(ctx context.Context, o faultOptions, bins lifecycle.Binaries, out
 				t = newQuorumLossTrial(q, r, r.Stop(30*time.Second))
 			}
 			logf("quorum loss %d: %+v; client-go writes again %.2f s after the restart, %s", i, t.QuorumLoss, t.WriteRecoverySeconds, clientLine(t.ClientGo))
+			if q := t.QuorumLoss; q.Loss.NoOwner+q.Return.NoOwner+q.Steady.TwoOwners > 0 {
+				// The agents' own account of the miss: the lab's logs go with it.
+				fmt.Fprintf(out, "quorum loss %d: the VIP's owners missed the goal; the agents' decisions:\n%s", i, c.AgentLogs(from))
+			}
 			if err != nil {
 				t.Error = err.Error()
 				errs = append(errs, fmt.Errorf("quorum loss %d: %w", i, err))
