@@ -54,7 +54,7 @@ func (l *Lab) sampleEtcd(ctx context.Context, rec *observe.Recorder, interval ti
 				if ctx.Err() != nil {
 					return
 				}
-				rec.Etcd(at, etcdMembers(members, leader, machines), err)
+				rec.Etcd(at, etcdMembers(members, leader, l.real.peerName), err)
 			}
 		}
 		select {
@@ -75,15 +75,14 @@ func membership(ctx context.Context, e *kubeadm.Etcd) ([]kubeadm.Member, uint64,
 }
 
 // etcdMembers is the membership as the timeline draws it: a learner that has not started yet
-// has no name in etcd's list, so it is named after the machine whose peer URL it has.
-func etcdMembers(members []kubeadm.Member, leader uint64, machines []kubeadm.Machine) []observe.EtcdMember {
+// has no name in etcd's list, so it is named after the machine whose peer URL it has (nameOf;
+// the machine is still booting, not yet among the lab's nodes).
+func etcdMembers(members []kubeadm.Member, leader uint64, nameOf func(peerURL string) string) []observe.EtcdMember {
 	out := make([]observe.EtcdMember, 0, len(members))
 	for _, m := range members {
 		name := m.Name
-		for _, mc := range machines {
-			if name == "" && mc.PeerURL() == m.PeerURL {
-				name = mc.Name
-			}
+		if name == "" {
+			name = nameOf(m.PeerURL)
 		}
 		if name == "" {
 			name = m.PeerURL

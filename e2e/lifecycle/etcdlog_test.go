@@ -15,7 +15,14 @@ import (
 func TestEtcdMembers(t *testing.T) {
 	cp1 := kubeadm.Machine{Name: "cp-1", Addr: netip.MustParseAddr("10.44.0.11")}
 	cp2 := kubeadm.Machine{Name: "cp-2", Addr: netip.MustParseAddr("10.44.0.12")}
-	machines := []kubeadm.Machine{cp1, cp2}
+	nameOf := func(url string) string {
+		for _, m := range []kubeadm.Machine{cp1, cp2} {
+			if m.PeerURL() == url {
+				return m.Name
+			}
+		}
+		return ""
+	}
 	for _, tc := range []struct {
 		name    string
 		members []kubeadm.Member
@@ -36,7 +43,7 @@ func TestEtcdMembers(t *testing.T) {
 			[]observe.EtcdMember{{Name: "cp-1"}, {Name: "cp-2"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(etcdMembers(tc.members, tc.leader, machines)).To(Equal(tc.want))
+			NewWithT(t).Expect(etcdMembers(tc.members, tc.leader, nameOf)).To(Equal(tc.want))
 		})
 	}
 }
