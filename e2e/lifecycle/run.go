@@ -39,7 +39,8 @@ func (s stepLogger) Step(text string) {
 }
 
 // RunObserved runs the scenario with a real client on the VIP (from the first Machine on) and
-// the VIP's holders sampled every 10 ms; log (optional) gets each step.
+// the VIP's holders sampled every 10 ms (on a real control plane also the etcd membership, every
+// 250 ms); log (optional) gets each step.
 //
 // The client's GETs are retried by net/http when a kept-alive connection turns out to be dead
 // before any answer, as every client-go GET is; a request that gets no answer, or an error
