@@ -20,7 +20,11 @@ bench-controller: testbin build ## Benchmark the manager binary: N LoadBalancers
 	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-controller.json} \
 	  $(GO) run ./e2e/bench/controller -n $(N) -changes $(BENCH_CHANGES) -binary $(OUT)/bin/caplb
 
+# Trials per fault (hard kill, quorum loss) of bench-rollout's fault pass: 0.5-1.5 min of lab
+# boot, then per trial about 50 s of quorum loss and 30 s of hard kill and rebuild on 2 cores.
+BENCH_ROLLOUT_FAULT_TRIALS ?= 5
+
 .PHONY: bench-rollout
-bench-rollout: testbin frr ## Benchmark a real (kubeadm-made) control plane's whole life behind an ARP and a BGP VIP (root): JSON to $BENCH_OUT, SVG timelines beside it.
+bench-rollout: testbin frr ## Benchmark a real (kubeadm-made) control plane's whole life behind an ARP and a BGP VIP, then its faults (owner's machine killed hard, etcd quorum loss; BENCH_ROLLOUT_FAULT_TRIALS=5 each) (root): JSON to $BENCH_OUT, SVG timelines beside it.
 	@mkdir -p $(OUT)
-	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-rollout.json} $(GO) run ./e2e/bench/rollout
+	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-rollout.json} $(GO) run ./e2e/bench/rollout -fault-trials $(BENCH_ROLLOUT_FAULT_TRIALS)

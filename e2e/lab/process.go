@@ -160,10 +160,32 @@ func procStatusKB(pid int, key string) (int64, error) {
 // DumpLogs logs the last lines of every process log of the lab to t.
 func (l *Lab) DumpLogs(t testing.TB, lines int) {
 	t.Helper()
+	for _, lg := range l.logTails(lines) {
+		t.Logf("----- %s (last %d lines) -----\n%s", lg.name, len(lg.lines), strings.Join(lg.lines, "\n"))
+	}
+}
+
+// LogTail is the last lines of every process log of the lab, for a failure report outside a
+// test.
+func (l *Lab) LogTail(lines int) string {
+	var b strings.Builder
+	for _, lg := range l.logTails(lines) {
+		fmt.Fprintf(&b, "==> %s <==\n%s\n", lg.name, strings.Join(lg.lines, "\n"))
+	}
+	return b.String()
+}
+
+type logTail struct {
+	name  string
+	lines []string
+}
+
+func (l *Lab) logTails(lines int) []logTail {
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
-		return
+		return nil
 	}
+	var out []logTail
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".log") {
 			continue
@@ -176,6 +198,7 @@ func (l *Lab) DumpLogs(t testing.TB, lines int) {
 		if len(all) > lines {
 			all = all[len(all)-lines:]
 		}
-		t.Logf("----- %s (last %d lines) -----\n%s", e.Name(), len(all), strings.Join(all, "\n"))
+		out = append(out, logTail{name: e.Name(), lines: all})
 	}
+	return out
 }

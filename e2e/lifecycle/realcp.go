@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,27 @@ type realCP struct {
 	mgmtProxy *lab.APIProxy
 	// admin is kubeadm's admin.conf of the first machine (server: the endpoint).
 	admin []byte
+	// peers names the machines by etcd peer URL from before their learner is added (etcd lists
+	// a learner that has not started without a name; the timeline names it after its machine).
+	peersMu sync.Mutex
+	peers   map[string]string
+}
+
+// notePeer remembers m's name for its etcd peer URL.
+func (r *realCP) notePeer(m kubeadm.Machine) {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	if r.peers == nil {
+		r.peers = map[string]string{}
+	}
+	r.peers[m.PeerURL()] = m.Name
+}
+
+// peerName is the name of the machine whose etcd peer URL is url ("" if none).
+func (r *realCP) peerName(url string) string {
+	r.peersMu.Lock()
+	defer r.peersMu.Unlock()
+	return r.peers[url]
 }
 
 func newRealCP(dir, podrun, sample string) (*realCP, error) {
@@ -219,6 +241,7 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		return err
 	}
 	n.cp = &cpMachine{Machine: kubeadm.Machine{Name: n.Name, Addr: n.Addr, Root: n.Root}}
+	r.notePeer(n.cp.Machine)
 	var via *Node
 	for _, o := range others {
 		if o.cp != nil && o.cp.apiserver != nil {

@@ -39,7 +39,8 @@ func (s stepLogger) Step(text string) {
 }
 
 // RunObserved runs the scenario with a real client on the VIP (from the first Machine on) and
-// the VIP's holders sampled every 10 ms; log (optional) gets each step.
+// the VIP's holders sampled every 10 ms (on a real control plane also the etcd membership, every
+// 250 ms); log (optional) gets each step.
 //
 // The client's GETs are retried by net/http when a kept-alive connection turns out to be dead
 // before any answer, as every client-go GET is; a request that gets no answer, or an error
@@ -50,6 +51,15 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go l.watchMachines(sctx, rec)
+	etcdDone := make(chan struct{})
+	go func() {
+		defer close(etcdDone)
+		if l.real != nil {
+			// The etcd membership beside the VIP's holders: learners added and promoted,
+			// members removed, the leader moving.
+			l.sampleEtcd(sctx, rec, 250*time.Millisecond)
+		}
+	}()
 	var prober *observe.Prober
 	var cg *clients.Run
 	s := &Scenario{Lab: l, Recorder: stepLogger{rec, log}, AfterBootstrap: func() error {
@@ -85,6 +95,7 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	}
 	stop()
 	rec.Stop()
+	<-etcdDone
 	out.Input.Backend = string(l.opts.Backend)
 	out.Input.Timeline = rec.Timeline()
 	out.Result = observe.Summarize(out.Input)

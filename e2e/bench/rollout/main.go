@@ -8,11 +8,18 @@
 // The machines run a real control plane by default (kubeadm-made etcd and kube-apiservers,
 // "apiserver": "real", with client-go's figures under "client_go"); -apiserver standin (or
 // CAPLB_LAB_APISERVER=standin) runs the lab's stand-in API servers instead.
+//
+// On a real control plane a fault pass follows (faults.go; -faults, -fault-trials): the VIP
+// owner's machine killed hard and etcd losing quorum, -fault-trials times each on one 3-machine
+// lab (e2e/realcp), written as one more object, {"scenario": "faults", "hard_kill": {...},
+// "quorum_loss": {...}}. Every object of the JSON array names its "scenario" ("rollout" or
+// "faults"). -backends ” runs the fault pass alone.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -32,16 +39,31 @@ func main() {
 		os.Exit(2)
 	}
 	api := flag.String("apiserver", string(def), "what the machines run: real (kubeadm's etcd and kube-apiserver) or standin")
+	faultList := flag.String("faults", faultHardKill+","+faultQuorumLoss, "fault pass on a real control plane: hard_kill, quorum_loss, or none")
+	trials := flag.Int("fault-trials", 5, "trials per fault")
+	hold := flag.Duration("quorum-hold", 15*time.Second, "how long the VIP is watched once every agent saw etcd's quorum lost")
 	flag.Parse()
 	if a := lifecycle.APIServer(*api); a != lifecycle.Real && a != lifecycle.StandIn {
 		fmt.Fprintf(os.Stderr, "bench-rollout: -apiserver %q: use real or standin\n", *api)
 		os.Exit(2)
 	}
+	faults, err := parseFaults(*faultList)
+	if err == nil && *trials < 1 {
+		err = fmt.Errorf("-fault-trials %d: at least 1", *trials)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-rollout:", err)
+		os.Exit(2)
+	}
+	if lifecycle.APIServer(*api) != lifecycle.Real && len(faults) > 0 {
+		fmt.Println("bench-rollout: the fault pass needs the real control plane; skipped with -apiserver standin")
+		faults = nil
+	}
 	out := os.Getenv("BENCH_OUT")
 	if out == "" {
 		out = "_out/bench-rollout.json"
 	}
-	if err := run(*backends, lifecycle.APIServer(*api), out); err != nil {
+	if err := run(*backends, lifecycle.APIServer(*api), faultOptions{faults: faults, trials: *trials, hold: *hold}, out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-rollout:", err)
 		os.Exit(1)
 	}
@@ -49,12 +71,13 @@ func main() {
 
 // entry is one backend's figures: the observer's, and client-go's against a real control plane.
 type entry struct {
+	Scenario  string              `json:"scenario"`
 	APIServer lifecycle.APIServer `json:"apiserver"`
 	observe.Result
 	ClientGo *clients.Result `json:"client_go,omitempty"`
 }
 
-func run(backends string, api lifecycle.APIServer, out string) error {
+func run(backends string, api lifecycle.APIServer, fo faultOptions, out string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces)")
 	}
@@ -67,14 +90,34 @@ func run(backends string, api lifecycle.APIServer, out string) error {
 	if err != nil {
 		return err
 	}
-	var results []entry
+	var results []any
+	var errs []error
 	for _, b := range strings.Split(backends, ",") {
-		r, err := runOne(lifecycle.Backend(b), api, bins, strings.TrimSuffix(out, ".json")+"-"+b+".svg")
-		if err != nil {
-			return fmt.Errorf("%s: %w", b, err)
+		if b == "" {
+			continue
 		}
-		results = append(results, r)
+		r, err := runOne(lifecycle.Backend(b), api, bins, strings.TrimSuffix(out, ".json")+"-"+b+".svg")
+		if r.Backend != "" {
+			results = append(results, r) // a failed run's figures too: they show what went wrong
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", b, err))
+			break
+		}
 	}
+	if len(fo.faults) > 0 && len(errs) == 0 {
+		// A generous bound: on 2 cores the lab boots in 0.5-1.5 min, a quorum-loss trial takes
+		// about 50 s, a hard kill with its rebuild about 30 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(fo.trials)*4*time.Minute)
+		f, err := runFaults(ctx, fo, bins, os.Stdout)
+		cancel()
+		printFaults(os.Stdout, f)
+		results = append(results, f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("faults: %w", err))
+		}
+	}
+	// What ran is written even when a part failed: its figures and error are the record.
 	data, err := json.MarshalIndent(results, "", "  ")
 	if err != nil {
 		return err
@@ -83,7 +126,7 @@ func run(backends string, api lifecycle.APIServer, out string) error {
 		return err
 	}
 	fmt.Printf("wrote %s\n", out)
-	return nil
+	return errors.Join(errs...)
 }
 
 func runOne(b lifecycle.Backend, api lifecycle.APIServer, bins lifecycle.Binaries, svg string) (entry, error) {
@@ -110,5 +153,5 @@ func runOne(b lifecycle.Backend, api lifecycle.APIServer, bins lifecycle.Binarie
 	if runErr != nil {
 		fmt.Println(l.LogTail(30))
 	}
-	return entry{APIServer: api, Result: obs.Result, ClientGo: obs.Clients}, runErr
+	return entry{Scenario: "rollout", APIServer: api, Result: obs.Result, ClientGo: obs.Clients}, runErr
 }

@@ -97,6 +97,24 @@ func (e *Etcd) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
+// SetEndpoints replaces the client URLs the client balances over (machines came or went).
+func (e *Etcd) SetEndpoints(endpoints ...string) { e.c.SetEndpoints(endpoints...) }
+
+// Leader is the ID of the member that leads, as the first endpoint that answers sees it.
+func (e *Etcd) Leader(ctx context.Context) (uint64, error) {
+	last := errors.New("no endpoints")
+	for _, ep := range e.c.Endpoints() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := e.c.Status(cctx, ep)
+		cancel()
+		if err == nil {
+			return st.Leader, nil
+		}
+		last = err
+	}
+	return 0, fmt.Errorf("etcd status: %w", last)
+}
+
 // AddLearner adds m as a learner (a non-voting member), as `kubeadm join` does before it starts
 // the machine's etcd. It returns the members to list in m's initial-cluster (the voters and m).
 // etcd refuses a change it cannot prove safe yet ("unhealthy cluster", right after a promotion
@@ -186,7 +204,11 @@ func (e *Etcd) moveLeadership(ctx context.Context, leaving *etcdserverpb.Member,
 	if len(leaving.ClientURLs) == 0 {
 		return nil
 	}
-	st, err := e.c.Status(ctx, leaving.ClientURLs[0])
+	// A dead member (a machine killed and being replaced) never answers: the client's retries
+	// must not eat the removal's minute.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	st, err := e.c.Status(sctx, leaving.ClientURLs[0])
+	cancel()
 	if err != nil || st.Leader != leaving.ID {
 		return nil // unreachable (already gone) or not the leader: nothing to move
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -14,6 +15,29 @@ type HolderSample struct {
 	At      time.Time `json:"at"`
 	Holders []string  `json:"holders"`
 	Err     string    `json:"err,omitempty"`
+}
+
+// EtcdMember is one etcd member as an etcd client listed it.
+type EtcdMember struct {
+	Name    string `json:"name"`
+	Learner bool   `json:"learner,omitempty"`
+	Leader  bool   `json:"leader,omitempty"`
+}
+
+// EtcdSample is the etcd membership from At until the next sample (a real control plane only;
+// recorded on change). Err set: the membership could not be read (the sample says nothing).
+type EtcdSample struct {
+	At      time.Time    `json:"at"`
+	Members []EtcdMember `json:"members"`
+	Err     string       `json:"err,omitempty"`
+}
+
+// sameEtcd: b says nothing new after a (the same members and roles, or a second failed read).
+func sameEtcd(a, b EtcdSample) bool {
+	if (a.Err != "") != (b.Err != "") {
+		return false
+	}
+	return slices.Equal(a.Members, b.Members)
 }
 
 // EventType names what an Event records.
@@ -47,6 +71,8 @@ type Event struct {
 type Timeline struct {
 	Holders []HolderSample `json:"holders"`
 	Events  []Event        `json:"events"`
+	// Etcd is the etcd membership over time (a real control plane only).
+	Etcd []EtcdSample `json:"etcd,omitempty"`
 }
 
 // Recorder records the VIP's holders and the scenario's events. It is safe
@@ -55,6 +81,7 @@ type Recorder struct {
 	mu      sync.Mutex
 	holders []HolderSample
 	events  []Event
+	etcd    []EtcdSample
 	phase   map[string]string
 	hook    map[string]bool
 	cancel  context.CancelFunc
@@ -122,6 +149,21 @@ func (r *Recorder) Holders(at time.Time, holders []string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.holders = append(r.holders, s)
+}
+
+// Etcd records the etcd membership read at at, if that is a change: call it on every poll.
+// members are sorted by name.
+func (r *Recorder) Etcd(at time.Time, members []EtcdMember, err error) {
+	s := EtcdSample{At: at, Members: slices.SortedFunc(slices.Values(members), func(a, b EtcdMember) int { return strings.Compare(a.Name, b.Name) })}
+	if err != nil {
+		s.Members, s.Err = nil, err.Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.etcd); n > 0 && sameEtcd(r.etcd[n-1], s) {
+		return
+	}
+	r.etcd = append(r.etcd, s)
 }
 
 func (r *Recorder) add(e Event) {
@@ -193,8 +235,10 @@ func (r *Recorder) round(t EventType, round int) {
 func (r *Recorder) Timeline() Timeline {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	tl := Timeline{Holders: append([]HolderSample(nil), r.holders...), Events: append([]Event(nil), r.events...)}
+	tl := Timeline{Holders: append([]HolderSample(nil), r.holders...), Events: append([]Event(nil), r.events...),
+		Etcd: append([]EtcdSample(nil), r.etcd...)}
 	sort.SliceStable(tl.Holders, func(i, j int) bool { return tl.Holders[i].At.Before(tl.Holders[j].At) })
 	sort.SliceStable(tl.Events, func(i, j int) bool { return tl.Events[i].At.Before(tl.Events[j].At) })
+	sort.SliceStable(tl.Etcd, func(i, j int) bool { return tl.Etcd[i].At.Before(tl.Etcd[j].At) })
 	return tl
 }

@@ -328,3 +328,40 @@ func TestRecorder(t *testing.T) {
 	g.Consistently(func() []HolderSample { return r.Timeline().Holders }).WithTimeout(50*time.Millisecond).
 		Should(HaveLen(n), "Stop stops the sampling")
 }
+
+func TestRecorderEtcd(t *testing.T) {
+	voters := []EtcdMember{{Name: "cp-2"}, {Name: "cp-1", Leader: true}}
+	withLearner := []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2"}, {Name: "cp-3", Learner: true}}
+	type read struct {
+		members []EtcdMember
+		err     error
+	}
+	for _, tc := range []struct {
+		name  string
+		reads []read
+		want  []EtcdSample // without At
+	}{
+		{"only changes are recorded, members sorted by name", []read{{members: voters}, {members: voters}, {members: withLearner}},
+			[]EtcdSample{{Members: []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2"}}}, {Members: withLearner}}},
+		{"a role change is a change", []read{{members: voters}, {members: []EtcdMember{{Name: "cp-1"}, {Name: "cp-2", Leader: true}}}},
+			[]EtcdSample{{Members: []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2"}}}, {Members: []EtcdMember{{Name: "cp-1"}, {Name: "cp-2", Leader: true}}}}},
+		{"failed reads: one sample that says nothing, then the membership again",
+			[]read{{members: voters}, {err: errors.New("deadline exceeded")}, {err: errors.New("no leader")}, {members: voters}},
+			[]EtcdSample{{Members: []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2"}}}, {Err: "deadline exceeded"},
+				{Members: []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2"}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r := NewRecorder()
+			for i, rd := range tc.reads {
+				r.Etcd(at(i*100), rd.members, rd.err)
+			}
+			got := r.Timeline().Etcd
+			for i := range got {
+				g.Expect(got[i].At).NotTo(BeZero())
+				got[i].At = time.Time{}
+			}
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
+}

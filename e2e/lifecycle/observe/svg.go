@@ -41,8 +41,8 @@ const (
 	resetColour = "#3182bd"
 )
 
-// RenderSVG draws the run as one SVG timeline: which node held the VIP, each
-// Machine's phases (the pre-drain hook's hold hatched), the client's
+// RenderSVG draws the run as one SVG timeline: which node held the VIP, the etcd
+// members' roles beside it (a real control plane), each Machine's phases (the pre-drain hook's hold hatched), the client's
 // successes (green, per 100 ms) and failures (red), the scenario's steps
 // and replacement rounds, and the totals in the title.
 func RenderSVG(w io.Writer, in Input) error {
@@ -92,6 +92,7 @@ func RenderSVG(w io.Writer, in Input) error {
 	var body bytes.Buffer
 	c.b = &body
 	c.holderLanes(in.Timeline.Holders)
+	c.etcdLanes(in.Timeline.Etcd)
 	c.machineLanes(in.Timeline.Events)
 	c.clientLanes(in.Samples)
 	lanesBottom := c.y
@@ -134,11 +135,15 @@ func RenderSVG(w io.Writer, in Input) error {
 	// Legend.
 	ly := axisY + 36
 	lx := float64(plotLeft)
-	for _, l := range []struct{ fill, label string }{
+	legend := []struct{ fill, label string }{
 		{okColour, "requests answered"}, {failColour, "failed requests"}, {resetColour, "stream reset, reopened"}, {"#fd8d3c", "≥2 VIP holders"}, {"#bdbdbd", "no VIP holder"},
 		{phaseColour["Provisioning"], "Provisioning"}, {phaseColour["Running"], "Running"}, {phaseColour["Deleting"], "Deleting"},
 		{"url(#hook)", "pre-drain hook held"}, {"#fff3c4", "replacement round"},
-	} {
+	}
+	if len(in.Timeline.Etcd) > 0 {
+		legend = append(legend, etcdLegend...)
+	}
+	for _, l := range legend {
 		if w := 16 + float64(len(l.label))*charWidth; lx+w > svgWidth-8 {
 			lx, ly = float64(plotLeft), ly+18 // wrap
 		}
@@ -188,6 +193,9 @@ func newCanvas(in Input) *canvas {
 	}
 	for _, h := range in.Timeline.Holders {
 		see(h.At)
+	}
+	for _, e := range in.Timeline.Etcd {
+		see(e.At)
 	}
 	for _, e := range in.Timeline.Events {
 		see(e.At)

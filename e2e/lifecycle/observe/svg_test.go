@@ -164,3 +164,67 @@ func TestPrint(t *testing.T) {
 	g.Expect(b.String()).To(SatisfyAll(ContainSubstring("failed requests"), ContainSubstring("1 (new 0, kept-alive 1, stream 0)"),
 		ContainSubstring("connection reset by peer"), ContainSubstring("dual owner max")))
 }
+
+// etcdMembership is cp-1 alone, cp-2 added as a learner and promoted, a failed read,
+// leadership moved to cp-2, cp-1 removed.
+func etcdMembership() []EtcdSample {
+	return []EtcdSample{
+		{At: at(0), Members: []EtcdMember{{Name: "cp-1", Leader: true}}},
+		{At: at(2100), Members: []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2", Learner: true}}},
+		{At: at(3000), Members: []EtcdMember{{Name: "cp-1", Leader: true}, {Name: "cp-2"}}},
+		{At: at(4500), Err: "context deadline exceeded"},
+		{At: at(4600), Members: []EtcdMember{{Name: "cp-1"}, {Name: "cp-2", Leader: true}}},
+		{At: at(5500), Members: []EtcdMember{{Name: "cp-2", Leader: true}}},
+	}
+}
+
+func TestEtcdRoles(t *testing.T) {
+	end := at(10000)
+	for _, tc := range []struct {
+		member string
+		want   []roleSpan
+	}{
+		{"cp-1", []roleSpan{{roleLeader, at(0), at(4500)}, {roleUnknown, at(4500), at(4600)}, {roleVoter, at(4600), at(5500)}}},
+		{"cp-2", []roleSpan{{roleLearner, at(2100), at(3000)}, {roleVoter, at(3000), at(4500)}, {roleUnknown, at(4500), at(4600)},
+			{roleLeader, at(4600), end}}},
+		{"cp-9", nil},
+	} {
+		t.Run(tc.member, func(t *testing.T) {
+			got := etcdRoles(etcdMembership(), tc.member, end)
+			if tc.want == nil {
+				NewWithT(t).Expect(got).To(BeEmpty())
+				return
+			}
+			NewWithT(t).Expect(got).To(Equal(tc.want))
+		})
+	}
+}
+
+func TestRenderSVGEtcdLanes(t *testing.T) {
+	g := NewWithT(t)
+	in := rollout(false)
+	in.Timeline.Etcd = etcdMembership()
+	var b bytes.Buffer
+	g.Expect(RenderSVG(&b, in)).To(Succeed())
+	if dir := os.Getenv("OBSERVE_SVG_DIR"); dir != "" {
+		_ = os.WriteFile(dir+"/synthetic-etcd.svg", b.Bytes(), 0o644)
+	}
+	es := parse(g, b.Bytes())
+	all := texts(es)
+	g.Expect(all).To(ContainSubstring("etcd members"))
+	g.Expect(all).To(ContainSubstring("etcd learner"), "the legend names the roles")
+	// The etcd lanes lie between the VIP holders' and the Machines'.
+	g.Expect(strings.Index(all, "VIP held by")).To(BeNumerically("<", strings.Index(all, "etcd members")))
+	g.Expect(strings.Index(all, "etcd members")).To(BeNumerically("<", strings.Index(all, "Machines")))
+	g.Expect(count(es, func(e element) bool { return e.attrs["class"] == "etcd-lane" })).To(Equal(2), "one lane per member")
+	for class, n := range map[string]int{"etcd-leader": 2, "etcd-voter": 2, "etcd-learner": 1, "etcd-unknown": 2} {
+		g.Expect(count(es, func(e element) bool { return e.attrs["class"] == class })).To(Equal(n), class)
+	}
+
+	// Without etcd samples (stand-in API servers): no lane, no legend.
+	b.Reset()
+	g.Expect(RenderSVG(&b, rollout(false))).To(Succeed())
+	all = texts(parse(g, b.Bytes()))
+	g.Expect(all).NotTo(ContainSubstring("etcd members"))
+	g.Expect(all).NotTo(ContainSubstring("etcd leader"))
+}

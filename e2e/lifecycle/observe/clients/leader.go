@@ -18,6 +18,10 @@ const (
 	retryPeriod   = 2 * time.Second
 )
 
+// RenewDeadline is the leader's renew deadline: an outage of the API longer than it costs the
+// leader its Lease (kube-controller-manager would restart).
+const RenewDeadline = renewDeadline
+
 // leader is a leader-elected loop, as every controller runs one: it counts the times it became
 // leader and the times it lost leadership while the run was not ending (a controller would
 // exit and restart; this one campaigns again).

@@ -39,3 +39,25 @@ func TestLastSuccess(t *testing.T) {
 	got := lastSuccess([]write{{key: "a", seq: 1}, {key: "a", seq: 2, err: errors.New("timeout")}, {key: "b", seq: 3}})
 	NewWithT(t).Expect(got).To(Equal(map[string]int{"a": 1, "b": 3}))
 }
+
+// The first write that succeeded after a moment (etcd's quorum back): what the benchmark reports
+// as the time until writes succeed again.
+func TestFirstSuccessAfter(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	fail := errors.New("timeout")
+	writes := []write{{at: at(0)}, {at: at(5000), err: fail}, {at: at(10000), err: fail}, {at: at(12500)}, {at: at(12600)}}
+	for _, tc := range []struct {
+		name  string
+		after int
+		want  time.Duration
+	}{
+		{"failures after the moment do not count", 1000, 11500 * time.Millisecond},
+		{"a success right after", 12550, 50 * time.Millisecond},
+		{"nothing succeeded after", 13000, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(firstSuccessAfter(writes, at(tc.after))).To(Equal(tc.want))
+		})
+	}
+}

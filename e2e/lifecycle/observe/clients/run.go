@@ -158,6 +158,23 @@ func (r *Run) storeMatches() bool {
 	return true
 }
 
+// FirstWriteAfter is how long after t the first write that returned a success after t returned
+// (a write sent before t may be the one: it waited for etcd); -1 if none did.
+func (r *Run) FirstWriteAfter(t time.Time) time.Duration {
+	writes, _ := r.w.snapshot()
+	return firstSuccessAfter(writes, t)
+}
+
+func firstSuccessAfter(writes []write, t time.Time) time.Duration {
+	first := time.Duration(-1)
+	for _, w := range writes {
+		if w.err == nil && w.at.After(t) && (first < 0 || w.at.Sub(t) < first) {
+			first = w.at.Sub(t)
+		}
+	}
+	return first
+}
+
 func lastSuccess(writes []write) map[string]int {
 	last := map[string]int{}
 	for _, w := range writes {
