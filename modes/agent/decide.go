@@ -92,18 +92,7 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		if wait := time.Duration(aliveAhead(v, self)) * claimStagger(r.cfg); now.Sub(st.claimSince) < wait {
 			return false, fmt.Sprintf("claim staggered %v behind members preferred over this one", wait), needNothing
 		}
-		if now.Sub(st.confirmFailAt) < e.ProbeInterval.Duration {
-			return false, "claim withheld: a majority did not answer direct pings", needNothing
-		}
-		c := in.confirmation
-		if c == nil {
-			return false, "", needConfirmation
-		}
-		if c.reached < c.needed {
-			st.confirmFailAt = now
-			return false, fmt.Sprintf("claim withheld: %d of %d needed members answered direct pings", c.reached, c.needed), needNothing
-		}
-		return true, d.Reason, needNothing
+		return r.confirmClaim(st, in, "claim", d.Reason)
 	case eligible:
 		if st.holding {
 			return false, "yielding: " + d.Reason, needNothing
@@ -113,22 +102,30 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		if !settled {
 			return false, "fail-open: quorum regained; settling before claiming", needNothing
 		}
-		if now.Sub(st.confirmFailAt) < e.ProbeInterval.Duration {
-			return false, "fail-open claim withheld: a majority did not answer direct pings", needNothing
-		}
-		c := in.confirmation
-		if c == nil {
-			return false, "", needConfirmation
-		}
-		if c.reached < c.needed {
-			st.confirmFailAt = now
-			return false, fmt.Sprintf("fail-open claim withheld: %d of %d needed members answered direct pings", c.reached, c.needed), needNothing
-		}
-		return true, "fail-open: nobody holds the VIP and no member is eligible; this node, the most preferred, claims it", needNothing
+		return r.confirmClaim(st, in, "fail-open claim",
+			"fail-open: nobody holds the VIP and no member is eligible; this node, the most preferred, claims it")
 	case !st.holding:
 		return false, "not eligible: " + r.ineligibleReason(*st, in), needNothing
 	}
 	return r.handOver(st, in, v)
+}
+
+// confirmClaim is the last step of every claim: a majority must answer
+// direct pings now (not only gossip), at most one round per probe interval.
+// what names the claim in the reasons; reason is the claim's own.
+func (r rules) confirmClaim(st *loopState, in inputs, what, reason string) (bool, string, need) {
+	if in.now.Sub(st.confirmFailAt) < r.cfg.Election.ProbeInterval.Duration {
+		return false, what + " withheld: a majority did not answer direct pings", needNothing
+	}
+	c := in.confirmation
+	if c == nil {
+		return false, "", needConfirmation
+	}
+	if c.reached < c.needed {
+		st.confirmFailAt = in.now
+		return false, fmt.Sprintf("%s withheld: %d of %d needed members answered direct pings", what, c.reached, c.needed), needNothing
+	}
+	return true, reason, needNothing
 }
 
 // failOpenClaim: nobody alive holds the VIP and no member is eligible (every
