@@ -29,19 +29,23 @@ func TestVIPComesUpWithoutKubernetes(t *testing.T) {
 	c, owner := startCluster(t, "arpup", arplab.ClusterOptions{IPv6: true})
 	g := NewWithT(t)
 	ctx := context.Background()
-	for _, n := range c.Nodes {
-		s := status(t, n)
-		g.Expect(s.Owner).To(Equal(owner.Name), "%s agrees on the owner", n.Name)
-		g.Expect(s.Quorum).To(BeTrue())
-		g.Expect(s.Healthy).To(BeTrue())
-		g.Expect(s.ConfigMismatch).To(BeEmpty())
-		if n == owner {
-			g.Expect(s.Role).To(Equal("owner"))
-			g.Expect(s.Dataplane.Held).To(ConsistOf(arplab.VIPv4, arplab.VIPv6))
-		} else {
-			g.Expect(s.Role).To(Equal("backup"))
+	// The kernel holds the VIPs a moment before the owner's /status says so (the data plane
+	// is synced first, then the state adopted) and before gossip tells the others.
+	g.Eventually(func(g Gomega) {
+		for _, n := range c.Nodes {
+			s := status(t, n)
+			g.Expect(s.Owner).To(Equal(owner.Name), "%s agrees on the owner", n.Name)
+			g.Expect(s.Quorum).To(BeTrue())
+			g.Expect(s.Healthy).To(BeTrue())
+			g.Expect(s.ConfigMismatch).To(BeEmpty())
+			if n == owner {
+				g.Expect(s.Role).To(Equal("owner"))
+				g.Expect(s.Dataplane.Held).To(ConsistOf(arplab.VIPv4, arplab.VIPv6))
+			} else {
+				g.Expect(s.Role).To(Equal("backup"))
+			}
 		}
-	}
+	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
 	m, err := owner.Metrics(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(m).To(ContainSubstring("caplb_agent_owner 1"))

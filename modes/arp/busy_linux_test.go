@@ -87,7 +87,9 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	const url = "https://vip.test"
 
-	watch, err := client.Get(url + "/watch")
+	// The watch shares the transport (one connection, as client-go's) but has no overall
+	// timeout: it is long-lived.
+	watch, err := (&http.Client{Transport: tr}).Get(url + "/watch")
 	g.Expect(err).NotTo(HaveOccurred())
 	var events atomic.Int64
 	watchEnded := make(chan error, 1)
