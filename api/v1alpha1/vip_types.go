@@ -293,8 +293,8 @@ type AgentTimers struct {
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('0s') && duration(self) <= duration('1m'))",message="spec.backend.<arp|bgp>.agent.timers.drain must be between 0s and 1m"
 	Drain *Duration `json:"drain,omitempty"`
 	// busyDrain (ARP): after drain, a quiescing owner keeps the VIP, quiet, for up to this much
-	// longer while connections to it still carry requests (their clients sent at least 1 KiB in
-	// the last second), and releases as soon as none does. Set it with kube-apiserver's
+	// longer while connections to it still carry requests (their clients sent at least 512 bytes
+	// in the last 2 seconds), and releases as soon as none does. Set it with kube-apiserver's
 	// --goaway-chance: the API server's GOAWAY moves a busy HTTP/2 client to the successor and
 	// client-go resends what the old connection left unanswered, where the release's reset would
 	// fail the write in flight (client-go resends only GETs). Connections left with only a watch

@@ -13,9 +13,13 @@ import (
 // tens of bytes per 4 KiB of events.
 const (
 	// busyWindow is how far back a connection's client must have sent busyBytes.
-	busyWindow = time.Second
-	// busyBytes is what a connection's client sends in busyWindow to count as busy.
-	busyBytes = 1024
+	busyWindow = 2 * time.Second
+	// busyBytes is what a connection's client sends in busyWindow to count as busy: a
+	// ConfigMap PUT is ~350 bytes, so a client-go writer slowed to one write a second counts
+	// (a 1 KiB-a-second threshold let such a writer's connection be reset with a write in
+	// flight, in one CI run of three); a watch's flow-control updates stay near 1 % of the
+	// events it receives, and a Lease renewal every 2 s alone does not count.
+	busyBytes = 512
 	// busySampleEvery bounds how often the kernel is asked.
 	busySampleEvery = 100 * time.Millisecond
 )

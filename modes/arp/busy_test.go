@@ -23,29 +23,33 @@ func TestBusyTracker(t *testing.T) {
 	}{
 		{name: "seen for less than a window: busy when its client sent anything within it", rounds: []round{
 			{at: 0, conns: []connSample{conn("recent", 10, 5), conn("idle", 10, 3000)}, want: 1},
-			{at: 500, conns: []connSample{conn("recent", 10, 505), conn("idle", 10, 3500)}, want: 1},
+			{at: 1500, conns: []connSample{conn("recent", 10, 1505), conn("idle", 10, 4500)}, want: 1},
 		}},
-		{name: "a writer: a kilobyte or more in the last second", rounds: []round{
+		{name: "a writer: 512 bytes or more in the last two seconds (one ConfigMap PUT a second)", rounds: []round{
 			{at: 0, conns: []connSample{conn("w", 0, 0)}, want: 1},
-			{at: 1000, conns: []connSample{conn("w", 3000, 10)}, want: 1},
-			{at: 1100, conns: []connSample{conn("w", 3100, 10)}, want: 1},
+			{at: 2000, conns: []connSample{conn("w", 700, 10)}, want: 1},
+			{at: 2100, conns: []connSample{conn("w", 700, 110)}, want: 1},
+		}},
+		{name: "a Lease renewal every 2 s alone: not busy", rounds: []round{
+			{at: 0, conns: []connSample{conn("lease", 0, 500)}, want: 1},
+			{at: 2000, conns: []connSample{conn("lease", 350, 10)}, want: 0},
 		}},
 		{name: "a watch left behind: flow-control updates only, not busy", rounds: []round{
 			{at: 0, conns: []connSample{conn("watch", 5000, 50)}, want: 1},
-			{at: 1000, conns: []connSample{conn("watch", 5100, 20)}, want: 0},
-			{at: 2000, conns: []connSample{conn("watch", 5200, 20)}, want: 0},
+			{at: 2000, conns: []connSample{conn("watch", 5100, 20)}, want: 0},
+			{at: 4000, conns: []connSample{conn("watch", 5200, 20)}, want: 0},
 		}},
-		{name: "a writer that moved: busy until its last requests are a second old", rounds: []round{
+		{name: "a writer that moved: busy until its last requests are two seconds old", rounds: []round{
 			{at: 0, conns: []connSample{conn("w", 0, 0)}, want: 1},
-			{at: 1000, conns: []connSample{conn("w", 5000, 0)}, want: 1},
-			{at: 1500, conns: []connSample{conn("w", 6500, 500)}, want: 1},
-			{at: 2100, conns: []connSample{conn("w", 6500, 1100)}, want: 1},
-			{at: 2600, conns: []connSample{conn("w", 6500, 1600)}, want: 0},
+			{at: 2000, conns: []connSample{conn("w", 5000, 0)}, want: 1},
+			{at: 3000, conns: []connSample{conn("w", 6000, 1000)}, want: 1},
+			{at: 4100, conns: []connSample{conn("w", 6000, 2100)}, want: 1},
+			{at: 5100, conns: []connSample{conn("w", 6000, 3100)}, want: 0},
 		}},
 		{name: "a connection gone is forgotten; one that comes back starts afresh", rounds: []round{
 			{at: 0, conns: []connSample{conn("a", 0, 0)}, want: 1},
-			{at: 1000, conns: nil, want: 0},
-			{at: 2000, conns: []connSample{conn("a", 9000, 2000)}, want: 0},
+			{at: 2000, conns: nil, want: 0},
+			{at: 4000, conns: []connSample{conn("a", 9000, 4000)}, want: 0},
 		}},
 	}
 	for _, tc := range cases {

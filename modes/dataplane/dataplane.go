@@ -79,7 +79,7 @@ type Dataplane interface {
 	Status() Status
 
 	// BusyConnections counts the TCP connections to the VIPs held on this node whose clients
-	// still send requests: at least a kilobyte in the last second, which a watch's flow-control
+	// still send requests: at least 512 bytes in the last 2 seconds, which a watch's flow-control
 	// updates do not reach. The agent asks on every step of a drain with quiesce.busyDrain (25
 	// ms apart); the data plane samples the kernel at most every 100 ms and answers from the
 	// last sample in between. Data planes whose VIPs are not held by one node (BGP) return 0.
