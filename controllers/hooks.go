@@ -114,6 +114,33 @@ func (r *LoadBalancerReconciler) patchMarks(ctx context.Context, lb *lbv1.LoadBa
 	return holds, nil
 }
 
+// addsHook reports whether bringing m to desiredMarks would place one of lb's hooks that m does
+// not hold yet.
+func addsHook(lb *lbv1.LoadBalancer, k memberKind, m *member) bool {
+	if m.obj == nil || !k.hooks() {
+		return false
+	}
+	want := desiredMarks(lb, true, m.facts, m.cur)
+	pd, pt := want[lbv1.PreDrainHookAnnotation(lb.Name)], want[lbv1.PreTerminateHookAnnotation(lb.Name)]
+	return (pd != nil && !m.facts.ourHook) || (pt != nil && !m.facts.ourPreTermHook)
+}
+
+// liveForNewHooks reads lb from the API server before a reconcile places a new hook: a
+// reconcile woken by a Machine event can see the LoadBalancer from a cache that has not caught up
+// with its deletion (another informer), and a hook placed then has no owner left to release it
+// (seen in e2e/install: a LoadBalancer created and deleted at once). One read per reconcile that
+// adds hooks, which is once per new member.
+func (r *LoadBalancerReconciler) liveForNewHooks(ctx context.Context, lb *lbv1.LoadBalancer) (bool, error) {
+	cur := &lbv1.LoadBalancer{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lb), cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading LoadBalancer %s before placing hooks: %w", lb.Name, err)
+	}
+	return cur.UID == lb.UID && cur.DeletionTimestamp.IsZero(), nil
+}
+
 // releaseAll removes every mark this LoadBalancer placed, for its deletion. It looks wherever a
 // mark could be — the cache indexes (name annotation and hook key, so half-done states are
 // found), a live list of the Cluster's Machines and a live read of every remembered target (the

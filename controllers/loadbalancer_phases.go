@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -137,6 +138,18 @@ const memberPatchParallelism = 4
 // patchAllMarks brings every member's annotations and hook to desiredMarks, a few at a time,
 // and counts the hooks held afterwards.
 func (r *LoadBalancerReconciler) patchAllMarks(ctx context.Context, s *scope, members []*member) error {
+	if slices.ContainsFunc(members, func(m *member) bool { return addsHook(s.lb, s.kind, m) }) {
+		live, err := r.liveForNewHooks(ctx, s.lb)
+		if err != nil {
+			return err
+		}
+		if !live {
+			// The cache is behind a deletion: placing a hook now would leave it with no owner.
+			log := ctrl.LoggerFrom(ctx)
+			log.V(1).Info("Not placing hooks: the LoadBalancer is gone or being deleted (the cache is behind)")
+			return nil
+		}
+	}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
