@@ -66,6 +66,11 @@ type Config struct {
 	// block for long) with every membership document a peer sends; the
 	// caller keeps the newest and calls SetRoster once it has persisted it.
 	OnMembership func(Roster)
+	// OnMessage, if set, is called (from memberlist's goroutines, so it
+	// must not block for long) with every user message a member sent with
+	// Send: from is the sender's name as it claims it (every sender holds
+	// the gossip key).
+	OnMessage func(from string, payload []byte)
 	// Digest, if set, computes this member's configuration digest for a
 	// roster. The membership then owns the gossiped Version and
 	// ConfigDigest and changes both together with the roster, so that no

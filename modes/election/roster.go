@@ -147,7 +147,7 @@ func (b rosterBroadcast) Invalidates(o memberlist.Broadcast) bool { return true 
 func (b rosterBroadcast) Message() []byte                         { return b }
 func (b rosterBroadcast) Finished()                               {}
 
-func (d *delegate) NotifyMsg(b []byte) { (*Membership)(d).offer(b) }
+func (d *delegate) NotifyMsg(b []byte) { (*Membership)(d).notifyMsg(b) }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	if d.bcast == nil {
