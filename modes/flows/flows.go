@@ -21,6 +21,10 @@ type Flow struct {
 	Service netip.AddrPort // the VIP and its port
 }
 
+// Table is the name of the Forwarder's nftables tables, one per family (table ip caplb_flows,
+// table ip6 caplb_flows): dup exists in the ip and ip6 families, not in inet.
+const Table = "caplb_flows"
+
 // MaxFlows is the most flows one encoded list carries: a bound on what a peer can make a member
 // allocate, far above the connections one API server holds.
 const MaxFlows = 1 << 16
