@@ -1,0 +1,28 @@
+//go:build !linux
+
+package flows
+
+import (
+	"errors"
+	"net/netip"
+)
+
+var errNotLinux = errors.New("flows: forwarding flows needs Linux (nftables)")
+
+// Forwarder needs Linux (nftables); elsewhere NewForwarder fails.
+type Forwarder struct{}
+
+// NewForwarder fails: not Linux.
+func NewForwarder() (*Forwarder, error) { return nil, errNotLinux }
+
+// Set fails: not Linux.
+func (f *Forwarder) Set(owners map[Flow]netip.Addr) error { return errNotLinux }
+
+// Forwarded is 0: nothing is forwarded.
+func (f *Forwarder) Forwarded() uint64 { return 0 }
+
+// Close does nothing.
+func (f *Forwarder) Close() error { return nil }
+
+// RemoveStale does nothing: there are no tables.
+func RemoveStale() error { return nil }

@@ -1,0 +1,79 @@
+//go:build linux
+
+package flows
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TCP states (include/net/tcp_states.h) in which an accepted connection still receives segments:
+// a segment of one of these, rehashed to another member and reset there, breaks the connection.
+// Not LISTEN, TIME_WAIT or CLOSE, nor SYN_SENT (a connection this node opened). Half-open
+// connections (SYN_RECV request sockets) are not dumped with these states; a full SYN_RECV
+// socket (TCP Fast Open) is.
+func receiving(state uint8) bool {
+	switch state {
+	case 1, // ESTABLISHED
+		3,  // SYN_RECV
+		4,  // FIN_WAIT1
+		5,  // FIN_WAIT2
+		8,  // CLOSE_WAIT
+		9,  // LAST_ACK
+		11: // CLOSING
+		return true
+	}
+	return false
+}
+
+// List returns the TCP connections this node terminates whose local address is one of vips and
+// whose local port is one of ports (every port when ports is empty), IPv4 and IPv6, sorted by
+// service then client. It reads the sockets of the calling thread's network namespace
+// (sock_diag), so it sees connections whatever process holds them.
+func List(vips []netip.Addr, ports []uint16) ([]Flow, error) {
+	isVIP := map[netip.Addr]bool{}
+	// An IPv4 client of a dual-stack listener (Go's, the API server's) is an AF_INET6 socket.
+	families := []uint8{unix.AF_INET6}
+	for _, v := range vips {
+		v = v.Unmap().WithZone("")
+		if v.Is4() && !slices.Contains(families, unix.AF_INET) {
+			families = append(families, unix.AF_INET)
+		}
+		isVIP[v] = true
+	}
+	if len(isVIP) == 0 {
+		return nil, nil
+	}
+	var out []Flow
+	for _, fam := range families {
+		socks, err := netlink.SocketDiagTCP(fam)
+		if err != nil {
+			return nil, fmt.Errorf("flows: listing TCP sockets (family %d): %w", fam, err)
+		}
+		for _, s := range socks {
+			if !receiving(s.State) {
+				continue
+			}
+			local, ok := netip.AddrFromSlice(s.ID.Source)
+			if !ok || !isVIP[local.Unmap()] {
+				continue
+			}
+			if len(ports) > 0 && !slices.Contains(ports, s.ID.SourcePort) {
+				continue
+			}
+			remote, ok := netip.AddrFromSlice(s.ID.Destination)
+			if !ok {
+				continue
+			}
+			out = append(out, Flow{
+				Client:  netip.AddrPortFrom(remote.Unmap(), s.ID.DestinationPort),
+				Service: netip.AddrPortFrom(local.Unmap(), s.ID.SourcePort),
+			})
+		}
+	}
+	return sortFlows(out), nil
+}
