@@ -52,16 +52,22 @@ func electionConfig(cfg *agentv1.AgentConfiguration, r election.Roster) (electio
 
 // ownAddress is the address this node gossips from when it is not (yet) a
 // member: election.bindAddress, else the source address of the route to
-// the first VIP (the node's own address on the VIP segment).
+// the first VIP (the node's own address on the VIP segment), in BGP mode to
+// the first peer.
 func ownAddress(cfg *agentv1.AgentConfiguration) (netip.Addr, error) {
 	if cfg.Election.BindAddress != "" {
 		return netip.MustParseAddr(cfg.Election.BindAddress).Unmap(), nil
 	}
-	vip := cfg.ParsedVIPs()[0]
+	target := cfg.ParsedVIPs()[0].String()
+	if cfg.Mode == agentv1.ModeBGP && cfg.BGP != nil && len(cfg.BGP.Peers) > 0 {
+		// In BGP mode the VIP is (or, after a crash, may still be) local: the route to the
+		// first router names this node's address instead.
+		target = cfg.BGP.Peers[0].Address
+	}
 	// A UDP "connection" sends nothing; it only asks the kernel for a route.
-	c, err := net.Dial("udp", net.JoinHostPort(vip.String(), strconv.Itoa(cfg.Port)))
+	c, err := net.Dial("udp", net.JoinHostPort(target, strconv.Itoa(cfg.Port)))
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("election.bindAddress: not a member yet and no route to %s to find this node's address (%w); set election.bindAddress", vip, err)
+		return netip.Addr{}, fmt.Errorf("election.bindAddress: not a member yet and no route to %s to find this node's address (%w); set election.bindAddress", target, err)
 	}
 	defer c.Close()
 	ap, err := netip.ParseAddrPort(c.LocalAddr().String())

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/caplb/caplb/modes/dataplane"
 	"github.com/caplb/caplb/modes/election"
 )
 
@@ -66,6 +67,17 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 		// yet run.
 		ml.SetRoster(store.roster())
 	}
+	// BGP: the gossip carries only the members' flow lists (flowshare.go); the loop does not
+	// see it, as every eligible member announces whatever the others do.
+	var share *flowShare
+	if cfg.Mode == agentv1.ModeBGP && cfg.BGP.FlowSharingOn() {
+		// Without it the routers' rehashes reset connections, as before: worth a loud line,
+		// not worth refusing to announce.
+		if share, ml, err = startFlowSharing(cfg, store, log); err != nil {
+			log.Error(err, "flow sharing off: connections the routers move to this node at a rehash are reset")
+			share, ml = nil, nil
+		}
+	}
 	closeML := func() {
 		if ml != nil {
 			_ = ml.Close()
@@ -86,7 +98,7 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 		}
 	}()
 	parts := agentParts{dp: dp, health: h, m: m, store: store}
-	if ml != nil {
+	if ml != nil && share == nil {
 		parts.ml = ml
 	}
 	if cfg.Mode == agentv1.ModeARP && cfg.Membership.Dynamic {
@@ -118,6 +130,14 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	if cfg.NodeAPI.Kubeconfig != "" {
 		n := &nodeAPI{cfg: cfg.NodeAPI, log: log.WithName("nodeapi"), agent: a, store: store}
 		goSafe(log, crash, "node API", func() { n.run(hctx) })
+	}
+	if share != nil {
+		fs, ok := dp.(dataplane.FlowSharer)
+		if !ok {
+			return fmt.Errorf("bgp.flowSharing: the data plane cannot forward flows")
+		}
+		share.dp = fs
+		goSafe(log, crash, "flow sharing", func() { share.run(hctx, ml) })
 	}
 	if cfg.Membership.Dynamic {
 		goSafe(log, crash, "state file", func() { watchStateFile(hctx, store, o.reload) })

@@ -84,6 +84,11 @@ func (s *Speaker) Close(ctx context.Context) error {
 	if err := s.addrs.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	s.mu.Lock()
+	if err := s.closeFlowsLocked(); err != nil {
+		errs = append(errs, err)
+	}
+	s.mu.Unlock()
 	s.log.Info("BGP speaker stopped; VIPs withdrawn and removed from the node")
 	return errors.Join(errs...)
 }

@@ -16,6 +16,8 @@ type metrics struct {
 	announced      prometheus.Gauge
 	announcements  prometheus.Counter
 	withdrawals    prometheus.Counter
+	foreignFlows   prometheus.Gauge
+	flowPackets    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,6 +46,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		withdrawals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "caplb_bgp_withdrawals_total",
 			Help: "VIP prefixes withdrawn (each transition from announced to withdrawn).",
+		}),
+		foreignFlows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "caplb_bgp_foreign_flows",
+			Help: "Other members' TCP connections this node sends on to their owner if the routers send them here (flow sharing).",
+		}),
+		flowPackets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_flow_packets_forwarded_total",
+			Help: "Packets of other members' connections this node received and sent on to their owner (flow sharing): each is a segment that would have drawn a reset.",
 		}),
 	}
 	if reg == nil {
@@ -94,6 +104,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if c, err := register(m.withdrawals); err == nil {
 		m.withdrawals = c.(prometheus.Counter)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.foreignFlows); err == nil {
+		m.foreignFlows = c.(prometheus.Gauge)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.flowPackets); err == nil {
+		m.flowPackets = c.(prometheus.Counter)
 	} else {
 		errs = append(errs, err)
 	}

@@ -56,6 +56,14 @@ type Speaker struct {
 	// lingering are withdrawn VIPs still held on the interface until the given time.
 	lingering   map[netip.Addr]time.Time
 	lingerTimer *time.Timer
+
+	// flowKernel lists connections and forwards other members' (flows.go).
+	flowKernel flowKernel
+	// keepWhileFlows (flow sharing on): a withdrawn VIP stays while connections to it are open.
+	keepWhileFlows bool
+	fwd            flowTable
+	forwarded      uint64
+	offLinkLogged  map[netip.Addr]bool
 }
 
 var _ dataplane.Dataplane = &Speaker{}
@@ -111,9 +119,16 @@ func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registere
 		now:       now,
 		announced: map[netip.Addr]bool{},
 		lingering: map[netip.Addr]time.Time{},
+
+		flowKernel:     kernelFlows(),
+		keepWhileFlows: cfg.FlowSharingOn(),
+		offLinkLogged:  map[netip.Addr]bool{},
 	}
 	if cfg.AddressLinger != nil && cfg.AddressLinger.Duration == 0 {
 		s.linger = 0
+	}
+	if err := s.flowKernel.removeStale(); err != nil {
+		log.Error(err, "removing the flow-sharing tables an earlier run left")
 	}
 	s.tracker = newPeerTracker(log, m, cfg.Peers, now)
 	s.srv = server.NewBgpServer(server.LoggerOption(&gobgpLogger{log: log, onEvent: s.tracker.event, secrets: secrets}))
@@ -338,6 +353,11 @@ func (s *Speaker) syncAddresses(now time.Time, extra map[netip.Addr]bool) error 
 	}
 	var next time.Time
 	for v, until := range s.lingering {
+		if !until.After(now) && s.hasFlowsLocked(v) {
+			// Other members send this node's connections back here (flow sharing).
+			until = now.Add(flowLingerRecheck)
+			s.lingering[v] = until
+		}
 		if !until.After(now) {
 			delete(s.lingering, v)
 			continue

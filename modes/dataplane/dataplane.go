@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/caplb/caplb/modes/flows"
 )
 
 // Desired is what the agent wants this node to announce.
@@ -89,4 +91,19 @@ type Dataplane interface {
 	// agent calls it on every exit path (signal, error, panic recovery); it must be idempotent
 	// and must not depend on ctx being live for local cleanup.
 	Close(ctx context.Context) error
+}
+
+// FlowSharer is implemented by data planes in which the routers choose a member per flow (BGP
+// ECMP): when a member joins or leaves, the routers rehash and send some established flows to a
+// member that has no socket for them. Members exchange the flows they terminate (the agent's
+// flowshare.go) and send on the packets of another member's flow to it instead of resetting it.
+type FlowSharer interface {
+	// LocalFlows lists the TCP connections to the VIPs this node terminates (announced or
+	// still held after a withdrawal). Called every flow-sharing interval (200 ms); it reads
+	// the kernel's socket table.
+	LocalFlows() ([]flows.Flow, error)
+	// SetForeignFlows makes the node send on the packets of owners' flows to the owner's node
+	// address: the whole set each time (flows of members that died or left are absent).
+	// Called whenever a member's list or the membership changes.
+	SetForeignFlows(owners map[flows.Flow]netip.Addr) error
 }

@@ -60,7 +60,16 @@ type BGPConfig struct {
 	// AddressLinger is how long a VIP stays on the node after its routes are withdrawn.
 	// Default 3s.
 	AddressLinger *metav1.Duration `json:"addressLinger,omitempty"`
+	// FlowSharing: members tell each other (over the gossip port, with the gossip key) which
+	// TCP connections they terminate, and a member the routers send another member's
+	// connection to (ECMP rehashes when a member joins or leaves) sends its packets on to that
+	// member instead of resetting it. The members must share an L2 segment (the packets go to
+	// the owner's node address as next hop). Default true; false restores the reset.
+	FlowSharing *bool `json:"flowSharing,omitempty"`
 }
+
+// FlowSharingOn reports whether flow sharing is on (the default).
+func (c *BGPConfig) FlowSharingOn() bool { return c.FlowSharing == nil || *c.FlowSharing }
 
 // BGPPeer is one BGP neighbour.
 type BGPPeer struct {

@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+
+	"github.com/caplb/caplb/modes/election"
+	"github.com/caplb/caplb/modes/flows"
+)
+
+type fakeFlowDP struct {
+	mu    sync.Mutex
+	local []flows.Flow
+	sets  []map[flows.Flow]netip.Addr
+}
+
+func (f *fakeFlowDP) LocalFlows() ([]flows.Flow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.local, nil
+}
+
+func (f *fakeFlowDP) SetForeignFlows(o map[flows.Flow]netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sets = append(f.sets, o)
+	return nil
+}
+
+func (f *fakeFlowDP) last() map[flows.Flow]netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sets) == 0 {
+		return nil
+	}
+	return f.sets[len(f.sets)-1]
+}
+
+type fakeFlowPeers struct {
+	mu      sync.Mutex
+	view    election.View
+	changed chan struct{}
+	sent    map[string][][]byte
+}
+
+func (p *fakeFlowPeers) View() election.View {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.view
+}
+func (p *fakeFlowPeers) Changed() <-chan struct{} { return p.changed }
+func (p *fakeFlowPeers) Send(to string, b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent[to] = append(p.sent[to], b)
+	return nil
+}
+
+func (p *fakeFlowPeers) setAlive(name string, alive bool) {
+	p.mu.Lock()
+	for i := range p.view.Members {
+		if p.view.Members[i].Name == name {
+			p.view.Members[i].Alive = alive
+		}
+	}
+	p.mu.Unlock()
+	p.changed <- struct{}{}
+}
+
+func (p *fakeFlowPeers) received(to string) [][]flows.Flow {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out [][]flows.Flow
+	for _, b := range p.sent[to] {
+		l, err := flows.Decode(b)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func testFlow(client string) flows.Flow {
+	return flows.Flow{Client: netip.MustParseAddrPort(client), Service: netip.MustParseAddrPort("10.0.0.100:6443")}
+}
+
+// TestFlowShare: the node's flows reach every alive peer (again only when they change), the
+// peers' lists become forwarding to their addresses, and a peer that dies takes its flows out.
+func TestFlowShare(t *testing.T) {
+	g := NewWithT(t)
+	a2, a3 := netip.MustParseAddr("10.44.0.12"), netip.MustParseAddr("10.44.0.13")
+	peers := &fakeFlowPeers{changed: make(chan struct{}, 1), sent: map[string][][]byte{}, view: election.View{
+		Self: "m1", Members: []election.MemberView{
+			{Name: "m1", Alive: true, Address: netip.MustParseAddr("10.44.0.11")},
+			{Name: "m2", Alive: true, Address: a2},
+			{Name: "m3", Alive: true, Address: a3},
+		},
+	}}
+	mine := []flows.Flow{testFlow("10.20.0.2:40000")}
+	dp := &fakeFlowDP{local: mine}
+	fs := newFlowShare(dp, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fs.run(ctx, peers) }()
+	defer func() { cancel(); <-done }()
+
+	for _, p := range []string{"m2", "m3"} {
+		g.Eventually(func() [][]flows.Flow { return peers.received(p) }, 2*time.Second, 10*time.Millisecond).
+			Should(Equal([][]flows.Flow{mine}), p)
+	}
+	g.Consistently(func() int { return len(peers.received("m2")) }, 3*flowShareInterval, 20*time.Millisecond).
+		Should(Equal(1), "unchanged: not sent again before the refresh")
+
+	f2, f3 := testFlow("10.20.0.2:41000"), testFlow("10.20.0.2:42000")
+	fs.receive("m2", flows.Encode([]flows.Flow{f2}))
+	fs.receive("m3", flows.Encode([]flows.Flow{f3}))
+	fs.receive("m3", []byte{0xff, 0x01}) // garbage is ignored, the last good list stands
+	g.Eventually(dp.last, 2*time.Second, 10*time.Millisecond).
+		Should(Equal(map[flows.Flow]netip.Addr{f2: a2, f3: a3}))
+
+	peers.setAlive("m3", false)
+	g.Eventually(dp.last, 2*time.Second, 10*time.Millisecond).
+		Should(Equal(map[flows.Flow]netip.Addr{f2: a2}), "a dead member's flows are reset here, not forwarded")
+
+	more := []flows.Flow{testFlow("10.20.0.2:40000"), testFlow("10.20.0.2:40001")}
+	dp.mu.Lock()
+	dp.local = more
+	dp.mu.Unlock()
+	g.Eventually(func() [][]flows.Flow { return peers.received("m2") }, 2*time.Second, 10*time.Millisecond).
+		Should(Equal([][]flows.Flow{mine, more}))
+	g.Expect(peers.received("m3")).To(HaveLen(1), "not sent to the dead")
+
+	cancel()
+	<-done
+	g.Expect(dp.last()).To(BeEmpty(), "forwarding removed when sharing stops")
+}
+
+func TestOwners(t *testing.T) {
+	g := NewWithT(t)
+	a2 := netip.MustParseAddr("10.44.0.12")
+	f1, f2 := testFlow("10.20.0.2:1"), testFlow("10.20.0.2:2")
+	known := map[string]peerFlows{"m2": {flows: []flows.Flow{f1}}, "gone": {flows: []flows.Flow{f2}}}
+	g.Expect(owners(known, map[string]netip.Addr{"m2": a2})).To(Equal(map[flows.Flow]netip.Addr{f1: a2}))
+	g.Expect(owners(known, nil)).To(BeEmpty())
+}

@@ -1,0 +1,170 @@
+package bgp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/caplb/caplb/modes/dataplane"
+	"github.com/caplb/caplb/modes/flows"
+)
+
+// Flow sharing (dataplane.FlowSharer): the agent exchanges the members' connection lists; the
+// speaker lists this node's and programs the kernel to send on the packets of the others'.
+
+// flowLingerRecheck: how often a withdrawn VIP that still has connections is looked at again.
+const flowLingerRecheck = time.Second
+
+// flowTable is the kernel's forwarding of other members' flows (flows.Forwarder).
+type flowTable interface {
+	Set(owners map[flows.Flow]netip.Addr) error
+	Forwarded() uint64
+	Close() error
+}
+
+// flowKernel is how the speaker reaches the kernel for flow sharing; a field, so that unit tests
+// run without root.
+type flowKernel struct {
+	list         func(vips []netip.Addr, ports []uint16) ([]flows.Flow, error)
+	newForwarder func() (flowTable, error)
+	// removeStale deletes the tables a killed earlier run left.
+	removeStale func() error
+	// gateway is the router the node reaches addr through; invalid when addr is on-link.
+	gateway func(addr netip.Addr) (netip.Addr, error)
+}
+
+var (
+	_ dataplane.FlowSharer = &Speaker{}
+	_ flowTable            = &flows.Forwarder{}
+)
+
+func kernelFlows() flowKernel {
+	return flowKernel{
+		list:         flows.List,
+		newForwarder: func() (flowTable, error) { return flows.NewForwarder() },
+		removeStale:  flows.RemoveStale,
+		gateway:      gatewayTo,
+	}
+}
+
+// heldLocked lists the VIPs on the node: announced and lingering. Called with s.mu held.
+func (s *Speaker) heldLocked() []netip.Addr {
+	out := make([]netip.Addr, 0, len(s.announced)+len(s.lingering))
+	for v := range s.announced {
+		out = append(out, v)
+	}
+	for v := range s.lingering {
+		if !s.announced[v] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// LocalFlows lists the TCP connections, on any port, to the VIPs this node holds.
+func (s *Speaker) LocalFlows() ([]flows.Flow, error) {
+	s.mu.Lock()
+	vips := s.heldLocked()
+	s.countForwardedLocked()
+	s.mu.Unlock()
+	if len(vips) == 0 {
+		return nil, nil
+	}
+	l, err := s.flowKernel.list(vips, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing connections to the VIPs: %w", err)
+	}
+	return l, nil
+}
+
+// SetForeignFlows programs the forwarding of other members' flows; the kernel tables are created
+// on the first non-empty set and removed by Close.
+func (s *Speaker) SetForeignFlows(owners map[flows.Flow]netip.Addr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("bgp speaker is closed")
+	}
+	if s.fwd == nil {
+		if len(owners) == 0 {
+			return nil
+		}
+		fwd, err := s.flowKernel.newForwarder()
+		if err != nil {
+			return fmt.Errorf("bgp.flowSharing: %w", err)
+		}
+		s.fwd = fwd
+	}
+	owners, offLink := s.onLinkOwnersLocked(owners)
+	err := errors.Join(offLink, s.fwd.Set(owners))
+	s.metrics.foreignFlows.Set(float64(len(owners)))
+	s.countForwardedLocked()
+	return err
+}
+
+// onLinkOwnersLocked drops the flows of owners the node reaches through a router: the packets
+// keep the VIP as destination, so the router would send them back by ECMP rather than to the
+// owner. Reported once per owner (members must share an L2 segment for flow sharing).
+func (s *Speaker) onLinkOwnersLocked(owners map[flows.Flow]netip.Addr) (map[flows.Flow]netip.Addr, error) {
+	verdict := map[netip.Addr]error{}
+	var errs []error
+	out := make(map[flows.Flow]netip.Addr, len(owners))
+	for fl, owner := range owners {
+		err, seen := verdict[owner]
+		if !seen {
+			gw, gerr := s.flowKernel.gateway(owner)
+			switch {
+			case gerr != nil:
+				err = fmt.Errorf("bgp.flowSharing: no route to member %s: %w", owner, gerr)
+			case gw.IsValid():
+				err = fmt.Errorf("bgp.flowSharing: member %s is reached through router %s, not on this node's segment; its connections are not forwarded (flow sharing needs the members on one L2 segment)", owner, gw)
+			}
+			verdict[owner] = err
+			if err != nil && !s.offLinkLogged[owner] {
+				errs = append(errs, err)
+				s.offLinkLogged[owner] = true
+			}
+		}
+		if err == nil {
+			out[fl] = owner
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// countForwardedLocked brings the forwarded-packets metric up to the kernel's counter.
+func (s *Speaker) countForwardedLocked() {
+	if s.fwd == nil {
+		return
+	}
+	if n := s.fwd.Forwarded(); n > s.forwarded {
+		s.metrics.flowPackets.Add(float64(n - s.forwarded))
+		s.forwarded = n
+	}
+}
+
+// hasFlowsLocked: connections to v are still open here. With flow sharing, a withdrawn VIP stays
+// on the node while they are: the other members send their packets here.
+func (s *Speaker) hasFlowsLocked(v netip.Addr) bool {
+	if !s.keepWhileFlows {
+		return false
+	}
+	l, err := s.flowKernel.list([]netip.Addr{v}, nil)
+	if err != nil {
+		s.log.Error(err, "listing connections to a withdrawn VIP; keeping it a moment longer", "vip", v)
+		return true
+	}
+	return len(l) > 0
+}
+
+// closeFlowsLocked removes the forwarding tables.
+func (s *Speaker) closeFlowsLocked() error {
+	if s.fwd == nil {
+		return nil
+	}
+	err := s.fwd.Close()
+	s.fwd = nil
+	s.metrics.foreignFlows.Set(0)
+	return err
+}

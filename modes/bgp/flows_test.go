@@ -1,0 +1,127 @@
+package bgp
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+
+	"github.com/caplb/caplb/modes/flows"
+)
+
+type fakeFlowTable struct {
+	set    []map[flows.Flow]netip.Addr
+	closed bool
+}
+
+func (f *fakeFlowTable) Set(o map[flows.Flow]netip.Addr) error {
+	f.set = append(f.set, o)
+	return nil
+}
+func (f *fakeFlowTable) Forwarded() uint64 { return 7 }
+func (f *fakeFlowTable) Close() error      { f.closed = true; return nil }
+
+func flow(client, service string) flows.Flow {
+	return flows.Flow{Client: netip.MustParseAddrPort(client), Service: netip.MustParseAddrPort(service)}
+}
+
+// bareSpeaker has what the flow-sharing side needs, without a BGP server.
+func bareSpeaker(t *testing.T, k flowKernel) (*Speaker, *fakeAddresses) {
+	t.Helper()
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := &fakeAddresses{}
+	return &Speaker{
+		log: logr.Discard(), metrics: m, addrs: addrs, now: time.Now,
+		announced: map[netip.Addr]bool{}, lingering: map[netip.Addr]time.Time{},
+		flowKernel: k, keepWhileFlows: true, offLinkLogged: map[netip.Addr]bool{},
+	}, addrs
+}
+
+// TestSetForeignFlowsForwardsOnLinkOwnersOnly: the kernel table is made on the first non-empty
+// set; an owner behind a router is left out (its packets would come back by ECMP) and reported
+// once; Close removes the table.
+func TestSetForeignFlowsForwardsOnLinkOwnersOnly(t *testing.T) {
+	g := NewWithT(t)
+	table := &fakeFlowTable{}
+	made := 0
+	onLink, routed := netip.MustParseAddr("10.44.0.11"), netip.MustParseAddr("10.9.0.5")
+	s, _ := bareSpeaker(t, flowKernel{
+		newForwarder: func() (flowTable, error) { made++; return table, nil },
+		gateway: func(a netip.Addr) (netip.Addr, error) {
+			if a == routed {
+				return netip.MustParseAddr("10.44.0.1"), nil
+			}
+			return netip.Addr{}, nil
+		},
+	})
+	g.Expect(s.SetForeignFlows(nil)).To(Succeed())
+	g.Expect(made).To(Equal(0), "no table for nothing to forward")
+
+	a, b := flow("10.20.0.2:40000", "10.0.0.100:6443"), flow("10.20.0.2:40001", "10.0.0.100:6443")
+	err := s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed})
+	g.Expect(err).To(MatchError(ContainSubstring("member 10.9.0.5 is reached through router 10.44.0.1")))
+	g.Expect(made).To(Equal(1))
+	g.Expect(table.set).To(Equal([]map[flows.Flow]netip.Addr{{a: onLink}}))
+	g.Expect(s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed})).To(Succeed(), "reported once")
+
+	s.mu.Lock()
+	g.Expect(s.closeFlowsLocked()).To(Succeed())
+	s.mu.Unlock()
+	g.Expect(table.closed).To(BeTrue())
+}
+
+// TestWithdrawnVIPStaysWhileConnectionsDo: with flow sharing, a withdrawn VIP outlives its
+// linger while connections to it are open (the others send their packets here), and goes once
+// they are closed; without flow sharing it goes at the linger's end.
+func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
+	for _, sharing := range []bool{true, false} {
+		g := NewWithT(t)
+		vip := netip.MustParseAddr("10.0.0.100")
+		open := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
+		var listErr error
+		s, addrs := bareSpeaker(t, flowKernel{list: func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) {
+			return open, listErr
+		}})
+		s.keepWhileFlows = sharing
+		now := time.Unix(1000, 0)
+		s.now = func() time.Time { return now }
+		s.lingering[vip] = now.Add(time.Second)
+		s.mu.Lock()
+		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
+		s.mu.Unlock()
+		g.Expect(addrs.held).To(Equal([]netip.Addr{vip}))
+
+		now = now.Add(2 * time.Second)
+		s.mu.Lock()
+		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
+		s.mu.Unlock()
+		if !sharing {
+			g.Expect(addrs.held).To(BeEmpty(), "without flow sharing the linger ends it")
+			continue
+		}
+		g.Expect(addrs.held).To(Equal([]netip.Addr{vip}), "a connection is open")
+
+		listErr = errors.New("netlink: busy")
+		now = now.Add(2 * time.Second)
+		s.mu.Lock()
+		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
+		s.mu.Unlock()
+		g.Expect(addrs.held).To(Equal([]netip.Addr{vip}), "unreadable: kept")
+
+		open, listErr = nil, nil
+		now = now.Add(2 * time.Second)
+		s.mu.Lock()
+		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
+		s.mu.Unlock()
+		g.Expect(addrs.held).To(BeEmpty())
+		if s.lingerTimer != nil {
+			s.lingerTimer.Stop()
+		}
+	}
+}
