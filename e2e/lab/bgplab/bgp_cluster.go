@@ -45,6 +45,12 @@ type BGPClusterOptions struct {
 	// BFD, when non-zero, runs BFD between the router and every node's agent (IPv4 sessions)
 	// at this interval both ways, multiplier 3.
 	BFD time.Duration
+	// FlowSharing lists every node as a member (IPv4 address) with a gossip key, so that the
+	// agents share their flows (bgp.flowSharing); off, the agents are told so. It needs
+	// Routed.Segment.
+	FlowSharing bool
+	// EchoPort, when set, also runs the stand-in's long-lived echo service on this port.
+	EchoPort int
 }
 
 // BGPCluster is a running routed cluster.
@@ -55,6 +61,8 @@ type BGPCluster struct {
 	Port    int
 	opts    BGPClusterOptions
 	pki     testpki.PKI
+	// gossipKey is the agents' gossip key file (FlowSharing).
+	gossipKey string
 }
 
 // BGPMember is one node's processes.
@@ -113,6 +121,12 @@ func StartBGPCluster(l *lab.Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 		return nil, err
 	}
 	c := &BGPCluster{Routed: r, VIPs: opts.VIPs, Port: 6443, opts: opts, pki: pki}
+	if opts.FlowSharing {
+		c.gossipKey = filepath.Join(l.Dir(), "gossip.key")
+		if err := os.WriteFile(c.gossipKey, []byte("caplb-lab-gossip-key-32-bytes!!!"), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range r.Nodes {
 		m := &BGPMember{RoutedNode: n, cluster: c,
 			ConfigPath: filepath.Join(l.Dir(), n.Name+"-agent.yaml"),
@@ -135,7 +149,8 @@ func StartBGPCluster(l *lab.Lab, opts BGPClusterOptions) (*BGPCluster, error) {
 func (m *BGPMember) AgentConfig() agentv1.AgentConfiguration {
 	c := m.cluster
 	d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
-	bc := &agentv1.BGPConfig{ASN: c.Routed.opts.NodeASN, AddressLinger: d(time.Second)}
+	sharing := c.opts.FlowSharing
+	bc := &agentv1.BGPConfig{ASN: c.Routed.opts.NodeASN, AddressLinger: d(time.Second), FlowSharing: &sharing}
 	if bc.ASN == 0 {
 		bc.ASN = 64512
 	}
@@ -167,6 +182,12 @@ func (m *BGPMember) AgentConfig() agentv1.AgentConfiguration {
 	for _, v := range c.VIPs {
 		cfg.VIPs = append(cfg.VIPs, v.String())
 	}
+	if sharing {
+		for _, n := range c.Routed.Nodes {
+			cfg.Members = append(cfg.Members, agentv1.MemberConfig{Name: n.Name, Address: n.IPv4.String()})
+		}
+		cfg.Election.SecretKeyFile = c.gossipKey
+	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(m.Index, &cfg)
 	}
@@ -187,9 +208,13 @@ func (m *BGPMember) writeConfig() error {
 // StartStandin (re)starts the member's stand-in API server.
 func (m *BGPMember) StartStandin() error {
 	c := m.cluster
-	p, err := m.NS.Start(m.Name+"-standin", []string{c.opts.StandinBinary,
+	args := []string{c.opts.StandinBinary,
 		"-name", m.Name, "-service-listen", ":" + strconv.Itoa(c.Port), "-readyz-listen", "127.0.0.1:6444",
-		"-cert", c.pki.CertFile, "-key", c.pki.KeyFile, "-fail-file", m.FailFile}, nil)
+		"-cert", c.pki.CertFile, "-key", c.pki.KeyFile, "-fail-file", m.FailFile}
+	if c.opts.EchoPort != 0 {
+		args = append(args, "-echo-listen", ":"+strconv.Itoa(c.opts.EchoPort))
+	}
+	p, err := m.NS.Start(m.Name+"-standin", args, nil)
 	if err != nil {
 		return err
 	}

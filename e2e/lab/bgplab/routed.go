@@ -32,6 +32,10 @@ type RoutedOptions struct {
 	Keepalive, Hold time.Duration
 	// BFD, when set, runs BFD on the router's sessions to the nodes (IPv4).
 	BFD *FRRBFD
+	// Segment puts the router and every node on one L2 segment (a bridge: 10.10.0.0/24 and
+	// fd00:10::/64, the router .1, node i .10+i), as control-plane nodes peering with one ToR
+	// usually are, instead of a point-to-point link per node. Flow sharing needs it.
+	Segment bool
 }
 
 // Routed is a leaf-router lab: a router namespace running FRR (zebra + bgpd, ECMP, L4
@@ -120,6 +124,12 @@ func NewRouted(l *lab.Lab, opts RoutedOptions) (*Routed, error) {
 		return nil, err
 	}
 
+	var sw *lab.Netns
+	if opts.Segment {
+		if sw, err = r.segment(); err != nil {
+			return nil, err
+		}
+	}
 	var neighbors []FRRNeighbor
 	for i := 1; i <= opts.Nodes; i++ {
 		n := &RoutedNode{
@@ -130,20 +140,20 @@ func NewRouted(l *lab.Lab, opts RoutedOptions) (*Routed, error) {
 		if n.NS, err = l.AddNamespace(n.Name); err != nil {
 			return nil, err
 		}
-		if err := l.AddLink(n.NS, "eth0", r.Router, n.RouterIf); err != nil {
-			return nil, err
-		}
-		for _, a := range []struct {
-			ns     *lab.Netns
-			ifName string
-			p      netip.Prefix
-		}{
-			{n.NS, "eth0", netip.PrefixFrom(n.IPv4, 24)}, {r.Router, n.RouterIf, netip.PrefixFrom(n.RouterIPv4, 24)},
-			{n.NS, "eth0", netip.PrefixFrom(n.IPv6, 64)}, {r.Router, n.RouterIf, netip.PrefixFrom(n.RouterIPv6, 64)},
-		} {
-			if err := a.ns.AddAddr(a.ifName, a.p); err != nil {
+		if opts.Segment {
+			n.RouterIf = "seg"
+			n.IPv4, n.RouterIPv4 = netip.AddrFrom4([4]byte{10, 10, 0, byte(10 + i)}), netip.AddrFrom4([4]byte{10, 10, 0, 1})
+			n.IPv6, n.RouterIPv6 = netip.MustParseAddr(fmt.Sprintf("fd00:10::%x", 10+i)), netip.MustParseAddr("fd00:10::1")
+			if err := attachSegment(l, sw, n.NS, "eth0", "p"+n.Name); err != nil {
 				return nil, err
 			}
+			for _, p := range []netip.Prefix{netip.PrefixFrom(n.IPv4, 24), netip.PrefixFrom(n.IPv6, 64)} {
+				if err := n.NS.AddAddr("eth0", p); err != nil {
+					return nil, err
+				}
+			}
+		} else if err := r.pointToPoint(n); err != nil {
+			return nil, err
 		}
 		if err := addDefaultRoutes(n.NS, n.RouterIPv4.String(), n.RouterIPv6.String()); err != nil {
 			return nil, err
@@ -168,6 +178,55 @@ func NewRouted(l *lab.Lab, opts RoutedOptions) (*Routed, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// pointToPoint links node n to the router on a /24 (/64) of its own.
+func (r *Routed) pointToPoint(n *RoutedNode) error {
+	if err := r.Lab.AddLink(n.NS, "eth0", r.Router, n.RouterIf); err != nil {
+		return err
+	}
+	for _, a := range []struct {
+		ns     *lab.Netns
+		ifName string
+		p      netip.Prefix
+	}{
+		{n.NS, "eth0", netip.PrefixFrom(n.IPv4, 24)}, {r.Router, n.RouterIf, netip.PrefixFrom(n.RouterIPv4, 24)},
+		{n.NS, "eth0", netip.PrefixFrom(n.IPv6, 64)}, {r.Router, n.RouterIf, netip.PrefixFrom(n.RouterIPv6, 64)},
+	} {
+		if err := a.ns.AddAddr(a.ifName, a.p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// segment makes the shared segment (a bridge in namespace "sw") with the router on it.
+func (r *Routed) segment() (*lab.Netns, error) {
+	sw, err := r.Lab.AddNamespace("sw")
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Lab.AddBridge(sw, "br0"); err != nil {
+		return nil, err
+	}
+	if err := attachSegment(r.Lab, sw, r.Router, "seg", "prtr"); err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"10.10.0.1/24", "fd00:10::1/64"} {
+		if err := r.Router.AddAddr("seg", netip.MustParsePrefix(p)); err != nil {
+			return nil, err
+		}
+	}
+	return sw, nil
+}
+
+// attachSegment links ns's ifName to a new port of the segment's bridge.
+func attachSegment(l *lab.Lab, sw, ns *lab.Netns, ifName, port string) error {
+	if err := l.AddLink(ns, ifName, sw, port); err != nil {
+		return err
+	}
+	_, err := sw.Run(context.Background(), "ip", "link", "set", port, "master", "br0", "up")
+	return err
 }
 
 func addDefaultRoutes(ns *lab.Netns, gw4, gw6 string) error {
