@@ -23,7 +23,9 @@ const echoPort = 7000
 // TestFlowSharing: three members on one segment with FRR spreading 24 long-lived connections
 // over them by ECMP. A member withdrawing and coming back rehashes the router's flows twice
 // (Linux's hash-threshold moves flows between the remaining members too). With flow sharing
-// every connection keeps its member throughout, answered by the node it started on; without
+// every connection keeps its member throughout, answered by the node it started on, and so do
+// 12 connections opened the instant before another member withdraws (known by the next list,
+// or held until it names them: modes/flows TestForwarderEndToEnd shows the hold itself); without
 // it (the control) the rehash resets connections.
 func TestFlowSharing(t *testing.T) {
 	for _, sharing := range []bool{true, false} {
@@ -71,15 +73,27 @@ func TestFlowSharing(t *testing.T) {
 				return
 			}
 			g.Expect(failed).To(BeEmpty(), "every connection answered by its own member through both rehashes")
-			var forwarded float64
+
+			// Connections opened the instant before a rehash: known by the next list, or held by the
+			// member they land on until it names them.
+			young := openEchoConns(t, c, 12)
+			load = runEcho(young, 50*time.Millisecond)
+			g.Expect(n1.Quiesce(ctx, true)).To(Succeed())
+			eventuallyHops(t, c, fib, converge, n2, n3)
+			load.waitRounds(t, 5)
+			g.Expect(load.stop()).To(BeEmpty(), "connections opened just before the rehash kept their member too")
+
+			var forwarded, held float64
 			for _, m := range c.Members {
 				text, err := m.Metrics(ctx)
 				g.Expect(err).NotTo(HaveOccurred())
 				v, _ := metric(text, "caplb_bgp_flow_packets_forwarded_total")
 				forwarded += v
+				h, _ := metric(text, "caplb_bgp_flow_packets_held_total")
+				held += h
 			}
 			g.Expect(forwarded).To(BeNumerically(">", 0), "the rehash moved connections and members sent their packets on")
-			t.Logf("packets sent on to their owner: %.0f", forwarded)
+			t.Logf("packets sent on to their owner: %.0f; held for a list: %.0f", forwarded, held)
 		})
 	}
 }

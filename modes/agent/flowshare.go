@@ -26,8 +26,9 @@ import (
 // fastest news for its clients.
 const (
 	// flowShareInterval: how often the local flows are read and, if changed, sent. A flow
-	// started less than this before a rehash and moved by it is not known to the others yet.
-	flowShareInterval = 200 * time.Millisecond
+	// started less than this before a rehash and moved by it is not known to the others yet:
+	// they hold its segments (flows.HoldUnknown) until this node's next list names it.
+	flowShareInterval = 100 * time.Millisecond
 	// flowShareRefresh: the list is sent again unchanged this often, so that a member that
 	// missed one (it restarted, a send failed) converges.
 	flowShareRefresh = 2 * time.Second

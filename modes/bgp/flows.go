@@ -19,7 +19,9 @@ const flowLingerRecheck = time.Second
 // flowTable is the kernel's forwarding of other members' flows (flows.Forwarder).
 type flowTable interface {
 	Set(owners map[flows.Flow]netip.Addr) error
+	SetVIPs(vips []netip.Addr) error
 	Forwarded() uint64
+	Held() uint64
 	Close() error
 }
 
@@ -86,15 +88,11 @@ func (s *Speaker) SetForeignFlows(owners map[flows.Flow]netip.Addr) error {
 	if s.closed {
 		return errors.New("bgp speaker is closed")
 	}
-	if s.fwd == nil {
-		if len(owners) == 0 {
-			return nil
-		}
-		fwd, err := s.flowKernel.newForwarder()
-		if err != nil {
-			return fmt.Errorf("bgp.flowSharing: %w", err)
-		}
-		s.fwd = fwd
+	if s.fwd == nil && len(owners) == 0 {
+		return nil
+	}
+	if err := s.ensureForwarderLocked(); err != nil {
+		return err
 	}
 	owners, offLink := s.onLinkOwnersLocked(owners)
 	err := errors.Join(offLink, s.fwd.Set(owners))
@@ -133,7 +131,39 @@ func (s *Speaker) onLinkOwnersLocked(owners map[flows.Flow]netip.Addr) (map[flow
 	return out, errors.Join(errs...)
 }
 
-// countForwardedLocked brings the forwarded-packets metric up to the kernel's counter.
+// ensureForwarderLocked creates the kernel tables, holding the VIPs on the node.
+func (s *Speaker) ensureForwarderLocked() error {
+	if s.fwd != nil {
+		return nil
+	}
+	fwd, err := s.flowKernel.newForwarder()
+	if err != nil {
+		return fmt.Errorf("bgp.flowSharing: %w", err)
+	}
+	if err := fwd.SetVIPs(s.heldLocked()); err != nil {
+		_ = fwd.Close()
+		return fmt.Errorf("bgp.flowSharing: %w", err)
+	}
+	s.fwd = fwd
+	return nil
+}
+
+// syncFlowVIPsLocked keeps the forwarding to the VIPs on the node (flow sharing on): connections
+// to them that nobody here knows are held for their owner's list from the first VIP on.
+func (s *Speaker) syncFlowVIPsLocked(held []netip.Addr) {
+	if !s.keepWhileFlows || (s.fwd == nil && len(held) == 0) {
+		return
+	}
+	err := s.ensureForwarderLocked()
+	if err == nil {
+		err = s.fwd.SetVIPs(held)
+	}
+	if err != nil {
+		s.log.Error(err, "flow sharing: the VIPs' forwarding is not in place; connections the routers move here are reset")
+	}
+}
+
+// countForwardedLocked brings the flow-sharing metrics up to the kernel's counters.
 func (s *Speaker) countForwardedLocked() {
 	if s.fwd == nil {
 		return
@@ -141,6 +171,10 @@ func (s *Speaker) countForwardedLocked() {
 	if n := s.fwd.Forwarded(); n > s.forwarded {
 		s.metrics.flowPackets.Add(float64(n - s.forwarded))
 		s.forwarded = n
+	}
+	if n := s.fwd.Held(); n > s.held {
+		s.metrics.flowHeld.Add(float64(n - s.held))
+		s.held = n
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 type fakeFlowTable struct {
 	set    []map[flows.Flow]netip.Addr
+	vips   []netip.Addr
 	closed bool
 }
 
@@ -21,8 +22,10 @@ func (f *fakeFlowTable) Set(o map[flows.Flow]netip.Addr) error {
 	f.set = append(f.set, o)
 	return nil
 }
-func (f *fakeFlowTable) Forwarded() uint64 { return 7 }
-func (f *fakeFlowTable) Close() error      { f.closed = true; return nil }
+func (f *fakeFlowTable) SetVIPs(v []netip.Addr) error { f.vips = v; return nil }
+func (f *fakeFlowTable) Held() uint64                 { return 0 }
+func (f *fakeFlowTable) Forwarded() uint64            { return 7 }
+func (f *fakeFlowTable) Close() error                 { f.closed = true; return nil }
 
 func flow(client, service string) flows.Flow {
 	return flows.Flow{Client: netip.MustParseAddrPort(client), Service: netip.MustParseAddrPort(service)}
@@ -85,9 +88,11 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 		vip := netip.MustParseAddr("10.0.0.100")
 		open := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
 		var listErr error
-		s, addrs := bareSpeaker(t, flowKernel{list: func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) {
-			return open, listErr
-		}})
+		table := &fakeFlowTable{}
+		s, addrs := bareSpeaker(t, flowKernel{
+			list:         func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) { return open, listErr },
+			newForwarder: func() (flowTable, error) { return table, nil },
+		})
 		s.keepWhileFlows = sharing
 		now := time.Unix(1000, 0)
 		s.now = func() time.Time { return now }
@@ -96,6 +101,9 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
 		s.mu.Unlock()
 		g.Expect(addrs.held).To(Equal([]netip.Addr{vip}))
+		if sharing {
+			g.Expect(table.vips).To(Equal([]netip.Addr{vip}), "the forwarding covers the VIPs on the node")
+		}
 
 		now = now.Add(2 * time.Second)
 		s.mu.Lock()
@@ -120,6 +128,7 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
 		s.mu.Unlock()
 		g.Expect(addrs.held).To(BeEmpty())
+		g.Expect(table.vips).To(BeEmpty(), "and follows them off")
 		if s.lingerTimer != nil {
 			s.lingerTimer.Stop()
 		}

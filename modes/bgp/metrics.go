@@ -18,6 +18,7 @@ type metrics struct {
 	withdrawals    prometheus.Counter
 	foreignFlows   prometheus.Gauge
 	flowPackets    prometheus.Counter
+	flowHeld       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -54,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		flowPackets: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "caplb_bgp_flow_packets_forwarded_total",
 			Help: "Packets of other members' connections this node received and sent on to their owner (flow sharing): each is a segment that would have drawn a reset.",
+		}),
+		flowHeld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_flow_packets_held_total",
+			Help: "Packets of connections nobody here knew, dropped rather than reset while their owner's list was awaited (flow sharing; a retransmission follows).",
 		}),
 	}
 	if reg == nil {
@@ -114,6 +119,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if c, err := register(m.flowPackets); err == nil {
 		m.flowPackets = c.(prometheus.Counter)
+	} else {
+		errs = append(errs, err)
+	}
+	if c, err := register(m.flowHeld); err == nil {
+		m.flowHeld = c.(prometheus.Counter)
 	} else {
 		errs = append(errs, err)
 	}

@@ -63,6 +63,7 @@ type Speaker struct {
 	keepWhileFlows bool
 	fwd            flowTable
 	forwarded      uint64
+	held           uint64
 	offLinkLogged  map[netip.Addr]bool
 }
 
@@ -381,6 +382,7 @@ func (s *Speaker) syncAddresses(now time.Time, extra map[netip.Addr]bool) error 
 	if err := s.addrs.Set(list); err != nil {
 		return fmt.Errorf("holding the VIPs on the node: %w", err)
 	}
+	s.syncFlowVIPsLocked(list)
 	return nil
 }
 

@@ -153,8 +153,12 @@ func speakerConfig(routerPort int, routerASN uint32) agentv1.BGPConfig {
 			HoldTime: &metav1.Duration{Duration: 3 * time.Second}, ConnectRetry: &metav1.Duration{Duration: time.Second},
 		}},
 		AddressLinger: &metav1.Duration{Duration: 200 * time.Millisecond},
+		// The host's nftables stay out of unit tests (flows.go has its own, with fakes).
+		FlowSharing: ptr(false),
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestSpeakerAnnouncesAndWithdraws(t *testing.T) {
 	g := NewWithT(t)

@@ -32,6 +32,8 @@ type Forwarder struct {
 	// something else, and the next Set rewrites them whole.
 	owners map[Flow]netip.Addr
 	dirty  bool
+	// vips is what the VIP sets hold, as last applied.
+	vips []netip.Addr
 }
 
 // NewForwarder creates both tables, replacing any left by an earlier run, with empty maps.
@@ -182,9 +184,59 @@ func queueElems(op func(*nftables.Set, []nftables.SetElement) error, set *nftabl
 	return nil
 }
 
+// SetVIPs makes the VIP sets hold exactly vips: only segments to them are sent on or held. The
+// caller keeps it to the VIPs on the node (announced, or withdrawn and still held).
+func (f *Forwarder) SetVIPs(vips []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("flows: forwarder is closed")
+	}
+	want := make([]netip.Addr, 0, len(vips))
+	for _, v := range vips {
+		want = append(want, v.Unmap().WithZone(""))
+	}
+	slices.SortFunc(want, netip.Addr.Compare)
+	want = slices.Compact(want)
+	if slices.Equal(want, f.vips) && f.vips != nil {
+		return nil
+	}
+	c, err := f.conn(0)
+	if err != nil {
+		return fmt.Errorf("flows: nftables: %w", err)
+	}
+	for _, fm := range bothFamilies() {
+		set := fm.vipsSet(fm.table())
+		c.FlushSet(set)
+		var elems []nftables.SetElement
+		for _, v := range want {
+			if v.Is4() == (fm.nft == nftables.TableFamilyIPv4) {
+				elems = append(elems, nftables.SetElement{Key: v.AsSlice()})
+			}
+		}
+		if len(elems) > 0 {
+			if err := c.SetAddElements(set, elems); err != nil {
+				return fmt.Errorf("flows: set %s %s %s: %w", fm.name, Table, fm.vipsName, err)
+			}
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("flows: updating the VIP sets: %w", err)
+	}
+	f.vips = want
+	return nil
+}
+
 // Forwarded is how many packets the forwarder has sent on so far (the counters of both tables),
 // for a metric. It is 0 when the counters cannot be read.
-func (f *Forwarder) Forwarded() uint64 {
+func (f *Forwarder) Forwarded() uint64 { return f.count(ownerChain) }
+
+// Held is how many segments of connections nobody here knew were dropped rather than reset
+// while their owner's list was awaited (HoldUnknown).
+func (f *Forwarder) Held() uint64 { return f.count(unknownChain) }
+
+// count sums the packet counters of chain in both tables; 0 when they cannot be read.
+func (f *Forwarder) count(chain string) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -196,7 +248,7 @@ func (f *Forwarder) Forwarded() uint64 {
 	}
 	var n uint64
 	for _, fm := range bothFamilies() {
-		rules, err := c.GetRules(fm.table(), &nftables.Chain{Name: ownerChain})
+		rules, err := c.GetRules(fm.table(), &nftables.Chain{Name: chain})
 		if err != nil {
 			continue
 		}

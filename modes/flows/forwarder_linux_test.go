@@ -42,8 +42,16 @@ func TestForwarderSetIsDeclarative(t *testing.T) {
 			"type ipv4_addr . inet_service . ipv4_addr . inet_service : ipv4_addr",
 			"10.9.0.2 . 40000 . 10.9.9.9 . 6443 : 10.9.0.11",
 			"type filter hook prerouting priority raw; policy accept;",
+			"ip daddr @vips4 jump vip",
 			"ip saddr . tcp sport . ip daddr . tcp dport @owners4 jump toowner",
 			"socket wildcard 0 return",
+			"socket wildcard 1 jump unknown",
+			"socket transparent 0 return",
+			"flags dynamic,timeout",
+			"timeout 1s",
+			"ip saddr . tcp sport . ip daddr . tcp dport @held4 counter packets 0 bytes 0 drop",
+			"ip saddr . tcp sport . ip daddr . tcp dport @seen4 return",
+			"add @held4 { ip saddr . tcp sport . ip daddr . tcp dport }",
 			"dup to ip saddr . tcp sport . ip daddr . tcp dport map @owners4",
 			"table ip6 caplb_flows {",
 			"type ipv6_addr . inet_service . ipv6_addr . inet_service : ipv6_addr",
@@ -151,8 +159,28 @@ func TestForwarderEndToEnd(t *testing.T) {
 			defer lost.Close()
 			g.Expect(lost.ask("hello")).To(Equal("A: hello"))
 			s.route(g, s.bIP)
+			start := time.Now()
 			_, err := lost.ask("after the move")
 			g.Expect(isReset(err)).To(BeTrue(), "without an entry B resets A's connection: %v", err)
+			g.Expect(time.Since(start)).To(BeNumerically(">=", HoldUnknown), "but only after holding it for its owner's list")
+			g.Expect(s.forwarderB.Held()).To(BeNumerically(">", 0))
+
+			// Moved before its entry arrives (it started less than a sharing interval before the
+			// rehash): held, then sent on once the entry is there.
+			s.route(g, s.aIP)
+			late := s.dial(g)
+			defer late.Close()
+			g.Expect(late.ask("hello")).To(Equal("A: hello"))
+			held := s.forwarderB.Held()
+			s.route(g, s.bIP)
+			answer := make(chan string, 1)
+			go func() {
+				got, err := late.ask("moved before its entry")
+				answer <- fmt.Sprint(got, err)
+			}()
+			g.Eventually(s.forwarderB.Held).WithTimeout(5*time.Second).Should(BeNumerically(">", held), "B holds the segment")
+			g.Expect(s.forwarderB.Set(map[Flow]netip.Addr{late.flow(s.service): s.aIP})).To(Succeed())
+			g.Eventually(answer).WithTimeout(5 * time.Second).Should(Receive(Equal("A: moved before its entry<nil>")))
 
 			s.route(g, s.aIP)
 			kept := s.dial(g)

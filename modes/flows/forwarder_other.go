@@ -18,6 +18,12 @@ func NewForwarder() (*Forwarder, error) { return nil, errNotLinux }
 // Set fails: not Linux.
 func (f *Forwarder) Set(owners map[Flow]netip.Addr) error { return errNotLinux }
 
+// SetVIPs fails: not Linux.
+func (f *Forwarder) SetVIPs(vips []netip.Addr) error { return errNotLinux }
+
+// Held is 0: nothing is held.
+func (f *Forwarder) Held() uint64 { return 0 }
+
 // Forwarded is 0: nothing is forwarded.
 func (f *Forwarder) Forwarded() uint64 { return 0 }
 

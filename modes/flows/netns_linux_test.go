@@ -80,8 +80,10 @@ func newSegment(t *testing.T, g Gomega, name string, v6 bool) *segment {
 	s.route(g, s.aIP)
 	g.Expect(s.b.Do(func() error {
 		var err error
-		s.forwarderB, err = NewForwarder()
-		return err
+		if s.forwarderB, err = NewForwarder(); err != nil {
+			return err
+		}
+		return s.forwarderB.SetVIPs([]netip.Addr{s.vip})
 	})).To(Succeed())
 	t.Cleanup(func() { _ = s.forwarderB.Close() })
 	return s

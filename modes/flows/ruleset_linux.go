@@ -5,6 +5,7 @@ package flows
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -13,15 +14,28 @@ import (
 
 // Chain names. Not "fwd": a reserved word of nft, which could then not parse its own listing.
 const (
-	preChain   = "pre"
-	ownerChain = "toowner"
+	preChain     = "pre"
+	vipChain     = "vip"
+	ownerChain   = "toowner"
+	unknownChain = "unknown"
 )
+
+// HoldUnknown is how long a segment of a connection nobody here knows is dropped rather than
+// reset: the owner's next list (every 100 ms) names it, and the client's retransmission is then
+// sent on. A connection still unknown after it (its owner died) is reset by the stack.
+const HoldUnknown = time.Second
+
+// seenFor: how long a connection let go after its hold stays let go.
+const seenFor = 10 * time.Second
 
 // family is what differs between the ip and ip6 tables.
 type family struct {
 	nft      nftables.TableFamily
 	name     string // as nft spells it
 	mapName  string
+	vipsName string
+	heldName string
+	seenName string
 	addrType nftables.SetDatatype
 	alen     uint32 // address length
 	saddrOff uint32 // source address offset in the network header
@@ -30,10 +44,10 @@ type family struct {
 
 func familyOf(is4 bool) family {
 	if is4 {
-		return family{nft: nftables.TableFamilyIPv4, name: "ip", mapName: "owners4", addrType: nftables.TypeIPAddr,
+		return family{nft: nftables.TableFamilyIPv4, name: "ip", mapName: "owners4", vipsName: "vips4", heldName: "held4", seenName: "seen4", addrType: nftables.TypeIPAddr,
 			alen: 4, saddrOff: 12, daddrOff: 16}
 	}
-	return family{nft: nftables.TableFamilyIPv6, name: "ip6", mapName: "owners6", addrType: nftables.TypeIP6Addr,
+	return family{nft: nftables.TableFamilyIPv6, name: "ip6", mapName: "owners6", vipsName: "vips6", heldName: "held6", seenName: "seen6", addrType: nftables.TypeIP6Addr,
 		alen: 16, saddrOff: 8, daddrOff: 24}
 }
 
@@ -45,8 +59,29 @@ func (fm family) table() *nftables.Table { return &nftables.Table{Family: fm.nft
 // dport: client, then service), to its owner's address.
 func (fm family) ownersMap(t *nftables.Table) *nftables.Set {
 	return &nftables.Set{Table: t, Name: fm.mapName, IsMap: true, Concatenation: true,
-		KeyType:  nftables.MustConcatSetType(fm.addrType, nftables.TypeInetService, fm.addrType, nftables.TypeInetService),
-		DataType: fm.addrType}
+		KeyType: fm.flowKeyType(), DataType: fm.addrType}
+}
+
+// flowKeyType is the key of a flow: saddr . sport . daddr . dport.
+func (fm family) flowKeyType() nftables.SetDatatype {
+	return nftables.MustConcatSetType(fm.addrType, nftables.TypeInetService, fm.addrType, nftables.TypeInetService)
+}
+
+// vipsSet holds the VIPs on the node: only segments to them are looked at.
+func (fm family) vipsSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: fm.vipsName, KeyType: fm.addrType}
+}
+
+// heldSet and seenSet are filled by the packet path: a connection nobody here knows is held (its
+// segments dropped) for HoldUnknown from its first segment, then let go for seenFor.
+func (fm family) heldSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: fm.heldName, Concatenation: true, KeyType: fm.flowKeyType(),
+		HasTimeout: true, Timeout: HoldUnknown, Dynamic: true}
+}
+
+func (fm family) seenSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: fm.seenName, Concatenation: true, KeyType: fm.flowKeyType(),
+		HasTimeout: true, Timeout: seenFor, Dynamic: true}
 }
 
 // elemKey is a flow as the map's key: each field starts at a 32-bit boundary, so a port takes
@@ -88,78 +123,125 @@ func (fm family) loadKey() []expr.Any {
 	}
 }
 
-// chains is the netlink form of (ip6 likewise, with owners6 and ip6 addresses):
+// rules is the netlink form of (ip6 likewise, with its sets and ip6 addresses):
 //
 //	table ip caplb_flows {
 //	  map owners4 { type ipv4_addr . inet_service . ipv4_addr . inet_service : ipv4_addr; }
+//	  set vips4 { type ipv4_addr; }
+//	  set held4 { type ipv4_addr . inet_service . ipv4_addr . inet_service; flags dynamic,timeout; timeout 1s; }
+//	  set seen4 { type ipv4_addr . inet_service . ipv4_addr . inet_service; flags dynamic,timeout; timeout 10s; }
 //	  chain pre { type filter hook prerouting priority -300; policy accept;
-//	    tcp flags & syn == 0 ip saddr . tcp sport . ip daddr . tcp dport @owners4 jump toowner
+//	    tcp flags & syn == 0 ip daddr @vips4 jump vip
+//	  }
+//	  chain vip {
+//	    ip saddr . tcp sport . ip daddr . tcp dport @owners4 jump toowner
+//	    socket wildcard 0 return
+//	    socket wildcard 1 jump unknown
+//	    socket transparent 0 return
+//	    socket transparent 1 return
+//	    jump unknown
 //	  }
 //	  chain toowner {
 //	    socket wildcard 0 return
 //	    counter dup to ip saddr . tcp sport . ip daddr . tcp dport map @owners4
 //	    drop
 //	  }
+//	  chain unknown {
+//	    ip saddr . tcp sport . ip daddr . tcp dport @held4 counter drop
+//	    ip saddr . tcp sport . ip daddr . tcp dport @seen4 return
+//	    add @held4 { ip saddr . tcp sport . ip daddr . tcp dport } add @seen4 { ... } counter drop
+//	  }
 //	}
 //
 // Priority -300 (raw) is before conntrack: a segment sent on leaves no state here, and the copy
-// dup makes is untracked. A SYN is never sent on: a new connection that reuses a listed 4-tuple
-// is this member's. "socket wildcard 0 return" lets a local socket for the 4-tuple win over a
-// stale entry: an established socket is bound to the VIP (wildcard 0), a listener on 0.0.0.0 or
-// [::] is not, and no socket at all (or a TIME_WAIT one) does not match. (A server listening on
-// the VIP itself also reads as wildcard 0: its members' flows are then never sent on.) dup routes
-// the copy with the owner as next hop (FLOWI_FLAG_KNOWN_NH), the destination still the VIP, its
-// TTL decremented; the original is dropped.
-func (fm family) rules(t *nftables.Table, pre, owner *nftables.Chain, set *nftables.Set) []*nftables.Rule {
-	lookup := func(dreg bool) *expr.Lookup {
+// dup makes is untracked. A SYN is never looked at: a new connection, even one that reuses a
+// listed 4-tuple, is this member's. A local socket for the 4-tuple wins over a stale entry: an
+// established socket is bound to the VIP (wildcard 0), a listener on 0.0.0.0 or [::] is not
+// (wildcard 1: nobody here has the connection), a request or TIME_WAIT socket is not a full
+// socket (wildcard does not match, transparent does). (A server listening on the VIP itself also
+// reads as wildcard 0: its members' flows are then never sent on.) dup routes the copy with the
+// owner as next hop (FLOWI_FLAG_KNOWN_NH), the destination still the VIP, its TTL decremented;
+// the original is dropped.
+//
+// A connection nobody here has and no list names yet — a member started it less than one sharing
+// interval before the router rehashed it here — is held: its segments are dropped, not reset,
+// for HoldUnknown from the first one, so that the owner's next list names it and the client's
+// retransmission is sent on. Still unknown after that (its owner died), the stack resets it.
+func (fm family) rules(t *nftables.Table, c chains, owners, vips, held, seen *nftables.Set) []*nftables.Rule {
+	lookup := func(set *nftables.Set, dreg bool) *expr.Lookup {
 		return &expr.Lookup{SourceRegister: regKey, SetName: set.Name, SetID: set.ID, DestRegister: reg1, IsDestRegSet: dreg}
 	}
 	isTCP := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{unix.IPPROTO_TCP}},
 	}
+	withKey := func(e ...expr.Any) []expr.Any {
+		// The protocol is matched again in each chain so that nft lists "tcp sport", not "th sport".
+		return append(append(append([]expr.Any{}, isTCP...), fm.loadKey()...), e...)
+	}
+	socket := func(key expr.SocketKey, v byte, verdict expr.Any) []expr.Any {
+		return []expr.Any{&expr.Socket{Key: key, Register: reg1}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{v}}, verdict}
+	}
+	ret := &expr.Verdict{Kind: expr.VerdictReturn}
+	toUnknown := &expr.Verdict{Kind: expr.VerdictJump, Chain: c.unknown.Name}
+	drop := &expr.Verdict{Kind: expr.VerdictDrop}
+
 	match := append(append([]expr.Any{}, isTCP...),
 		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
 		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 1, Mask: []byte{synFlag}, Xor: []byte{0}},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}},
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: fm.daddrOff, Len: fm.alen},
+		&expr.Lookup{SourceRegister: reg1, SetName: vips.Name, SetID: vips.ID},
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: c.vip.Name},
 	)
-	match = append(match, fm.loadKey()...)
-	match = append(match, lookup(false), &expr.Verdict{Kind: expr.VerdictJump, Chain: owner.Name})
-
-	local := []expr.Any{
-		&expr.Socket{Key: expr.SocketKeyWildcard, Register: reg1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}},
-		&expr.Verdict{Kind: expr.VerdictReturn},
-	}
-	// Only TCP jumps here; the protocol is matched again so that nft lists "tcp sport", not "th sport".
-	send := append([]expr.Any{&expr.Counter{}}, isTCP...)
-	send = append(send, fm.loadKey()...)
-	send = append(send, lookup(true), &expr.Dup{RegAddr: reg1})
-	drop := []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
 	return []*nftables.Rule{
-		{Table: t, Chain: pre, Exprs: match},
-		{Table: t, Chain: owner, Exprs: local},
-		{Table: t, Chain: owner, Exprs: send},
-		{Table: t, Chain: owner, Exprs: drop},
+		{Table: t, Chain: c.pre, Exprs: match},
+
+		{Table: t, Chain: c.vip, Exprs: withKey(lookup(owners, false), &expr.Verdict{Kind: expr.VerdictJump, Chain: c.owner.Name})},
+		{Table: t, Chain: c.vip, Exprs: socket(expr.SocketKeyWildcard, 0, ret)},
+		{Table: t, Chain: c.vip, Exprs: socket(expr.SocketKeyWildcard, 1, toUnknown)},
+		{Table: t, Chain: c.vip, Exprs: socket(expr.SocketKeyTransparent, 0, ret)},
+		{Table: t, Chain: c.vip, Exprs: socket(expr.SocketKeyTransparent, 1, ret)},
+		{Table: t, Chain: c.vip, Exprs: []expr.Any{toUnknown}},
+
+		{Table: t, Chain: c.owner, Exprs: socket(expr.SocketKeyWildcard, 0, ret)},
+		{Table: t, Chain: c.owner, Exprs: append([]expr.Any{&expr.Counter{}}, withKey(lookup(owners, true), &expr.Dup{RegAddr: reg1})...)},
+		{Table: t, Chain: c.owner, Exprs: []expr.Any{drop}},
+
+		{Table: t, Chain: c.unknown, Exprs: withKey(lookup(held, false), &expr.Counter{}, drop)},
+		{Table: t, Chain: c.unknown, Exprs: withKey(lookup(seen, false), ret)},
+		{Table: t, Chain: c.unknown, Exprs: withKey(
+			&expr.Dynset{SrcRegKey: regKey, SetName: held.Name, SetID: held.ID, Operation: uint32(unix.NFT_DYNSET_OP_ADD)},
+			&expr.Dynset{SrcRegKey: regKey, SetName: seen.Name, SetID: seen.ID, Operation: uint32(unix.NFT_DYNSET_OP_ADD)},
+			&expr.Counter{}, drop)},
 	}
 }
 
-// create queues the replacement of fm's table (any earlier one goes with its entries) by an empty
-// map and the chains.
+// chains are a table's chains.
+type chains struct{ pre, vip, owner, unknown *nftables.Chain }
+
+// create queues the replacement of fm's table (any earlier one goes with its entries) by empty
+// sets and the chains.
 func (fm family) create(c *nftables.Conn) error {
 	t := fm.table()
 	// Adding the table first makes the delete succeed whether or not it existed.
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(t)
-	set := fm.ownersMap(t)
-	if err := c.AddSet(set, nil); err != nil {
-		return err
+	owners, vips, held, seen := fm.ownersMap(t), fm.vipsSet(t), fm.heldSet(t), fm.seenSet(t)
+	for _, set := range []*nftables.Set{owners, vips, held, seen} {
+		if err := c.AddSet(set, nil); err != nil {
+			return err
+		}
 	}
-	owner := c.AddChain(&nftables.Chain{Table: t, Name: ownerChain})
-	pre := c.AddChain(&nftables.Chain{Table: t, Name: preChain, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
-	for _, r := range fm.rules(t, pre, owner, set) {
+	ch := chains{
+		vip:     c.AddChain(&nftables.Chain{Table: t, Name: vipChain}),
+		owner:   c.AddChain(&nftables.Chain{Table: t, Name: ownerChain}),
+		unknown: c.AddChain(&nftables.Chain{Table: t, Name: unknownChain}),
+		pre: c.AddChain(&nftables.Chain{Table: t, Name: preChain, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw}),
+	}
+	for _, r := range fm.rules(t, ch, owners, vips, held, seen) {
 		c.AddRule(r)
 	}
 	return nil
