@@ -68,6 +68,7 @@ type flowShare struct {
 	sentAt  time.Time
 	boxes   map[string]*mailbox
 	listErr bool
+	setErr  string
 }
 
 func newFlowShare(dp dataplane.FlowSharer, self string, log logr.Logger, addrOf func(election.MemberView) netip.Addr) *flowShare {
@@ -172,8 +173,16 @@ func (f *flowShare) apply() {
 		return
 	}
 	if err := f.dp.SetForeignFlows(want); err != nil {
-		f.log.Error(err, "forwarding other members' flows")
+		// Retried on every step: said once per distinct failure.
+		if msg := err.Error(); msg != f.setErr {
+			f.log.Error(err, "forwarding other members' flows")
+			f.setErr = msg
+		}
 		return
+	}
+	if f.setErr != "" {
+		f.log.Info("forwarding other members' flows again", "flows", len(want))
+		f.setErr = ""
 	}
 	f.applied = want
 }

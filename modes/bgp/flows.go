@@ -158,8 +158,13 @@ func (s *Speaker) syncFlowVIPsLocked(held []netip.Addr) {
 	if err == nil {
 		err = s.fwd.SetVIPs(held)
 	}
-	if err != nil {
+	switch {
+	case err != nil && err.Error() != s.flowVIPErr:
 		s.log.Error(err, "flow sharing: the VIPs' forwarding is not in place; connections the routers move here are reset")
+		s.flowVIPErr = err.Error()
+	case err == nil && s.flowVIPErr != "":
+		s.log.Info("flow sharing: the VIPs' forwarding is in place again")
+		s.flowVIPErr = ""
 	}
 }
 

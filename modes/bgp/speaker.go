@@ -65,6 +65,8 @@ type Speaker struct {
 	forwarded      uint64
 	held           uint64
 	offLinkLogged  map[netip.Addr]bool
+	// flowVIPErr is the last failure to set up the forwarding, logged once.
+	flowVIPErr string
 }
 
 var _ dataplane.Dataplane = &Speaker{}

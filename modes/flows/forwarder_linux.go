@@ -64,7 +64,17 @@ func NewForwarder() (*Forwarder, error) {
 // conn returns an nftables connection in the forwarder's namespace whose socket buffers can
 // carry a batch of about batchBytes (0: the default buffers).
 func (f *Forwarder) conn(batchBytes int) (*nftables.Conn, error) {
-	opts := []nftables.ConnOption{nftables.WithNetNSFd(int(f.ns))}
+	var opts []nftables.ConnOption
+	// Entering a namespace takes CAP_SYS_ADMIN, which the agent does not have (NET_ADMIN and
+	// NET_RAW only): only a caller in another namespace than the forwarder's (a test) goes there.
+	if cur, err := netns.Get(); err != nil || !cur.Equal(f.ns) {
+		opts = append(opts, nftables.WithNetNSFd(int(f.ns)))
+		if err == nil {
+			_ = cur.Close()
+		}
+	} else {
+		_ = cur.Close()
+	}
 	if batchBytes > defaultSockBuf/2 {
 		opts = append(opts, nftables.WithSockOptions(forceBuffers(batchBytes)))
 	}

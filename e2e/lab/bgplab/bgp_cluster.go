@@ -243,7 +243,9 @@ func (m *BGPMember) StartAgent() error {
 		}
 	}
 	m.agentRuns++
-	p, err := m.NS.Start(m.Name+"-agent", []string{m.cluster.opts.AgentBinary, "agent", "--config", m.ConfigPath, "-v", "1"}, nil)
+	// With the capabilities the shipped DaemonSet and static pod grant, and nothing more.
+	p, err := m.NS.Start(m.Name+"-agent", []string{"setpriv", "--bounding-set=-all,+net_admin,+net_raw", "--",
+		m.cluster.opts.AgentBinary, "agent", "--config", m.ConfigPath, "-v", "1"}, nil)
 	if err != nil {
 		return err
 	}
