@@ -22,6 +22,8 @@ import (
 	"golang.org/x/net/ipv6"
 
 	"github.com/caplb/caplb/modes/dataplane"
+
+	"github.com/caplb/caplb/modes/flows"
 )
 
 // duplicateActive: a duplicate seen this recently is reported as current.
@@ -60,8 +62,8 @@ type Announcer struct {
 	quietRules bool
 	// spread deals new connections across members (spread mode; spread.go).
 	spread *spreader
-	// busy counts the connections that still carry requests (busy.go).
-	busy busyTracker
+	// busy counts the connections that still carry requests (modes/flows/busy.go).
+	busy flows.BusyTracker
 }
 
 var _ dataplane.Dataplane = &Announcer{}

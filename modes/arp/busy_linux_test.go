@@ -21,6 +21,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"golang.org/x/net/http2"
+
+	"github.com/caplb/caplb/modes/flows"
 )
 
 // TestBusyDrainMovesWritesWithoutFailing is the busy drain over real HTTP/2: a client keeps one
@@ -129,9 +131,9 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 
-	var b busyTracker
+	var b flows.BusyTracker
 	sample := func() int {
-		n, err := sampleBusy(&b, time.Now(), []netip.Addr{old})
+		n, err := flows.SampleBusy(&b, time.Now(), []netip.Addr{old})
 		g.Expect(err).NotTo(HaveOccurred())
 		return n
 	}

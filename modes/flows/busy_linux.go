@@ -1,0 +1,52 @@
+//go:build linux
+
+package flows
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+const tcpEstablished = 1
+
+// SampleBusy feeds b the established connections to vips as the kernel has them now (sock_diag
+// with tcp_info) and returns how many carry requests. An error reading the sockets counts as one
+// busy connection: the drain then runs to busyDrain rather than reset requests in flight.
+func SampleBusy(b *BusyTracker, now time.Time, vips []netip.Addr) (int, error) {
+	isVIP := map[netip.Addr]bool{}
+	// An IPv4 client of a dual-stack listener is an AF_INET6 socket.
+	families := []uint8{unix.AF_INET6}
+	for _, v := range vips {
+		v = v.Unmap().WithZone("")
+		if v.Is4() && !isVIP[v] && len(families) == 1 {
+			families = append(families, unix.AF_INET)
+		}
+		isVIP[v] = true
+	}
+	var conns []ConnSample
+	for _, fam := range families {
+		socks, err := netlink.SocketDiagTCPInfo(fam)
+		if err != nil {
+			return b.Observe(now, []ConnSample{{Key: "unreadable"}}), fmt.Errorf("flows: listing TCP sockets: %w", err)
+		}
+		for _, s := range socks {
+			m := s.InetDiagMsg
+			if m == nil || s.TCPInfo == nil || m.State != tcpEstablished {
+				continue
+			}
+			if local, ok := netip.AddrFromSlice(m.ID.Source); !ok || !isVIP[local.Unmap()] {
+				continue
+			}
+			conns = append(conns, ConnSample{
+				Key:       fmt.Sprintf("%s:%d-%s:%d", m.ID.Source, m.ID.SourcePort, m.ID.Destination, m.ID.DestinationPort),
+				Received:  s.TCPInfo.Bytes_received,
+				SinceData: time.Duration(s.TCPInfo.Last_data_recv) * time.Millisecond,
+			})
+		}
+	}
+	return b.Observe(now, conns), nil
+}
