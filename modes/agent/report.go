@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
@@ -12,11 +14,14 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 	rep := agentv1.AgentStatus{Holding: st.holding, MembershipVersion: in.runningVersion, Member: in.runningMember}
 	rep.Eligible = in.healthy && !st.quiescing
 	quiet := st.quiescing && !st.holding
+	busy := 0
 	if r.cfg.Mode == agentv1.ModeBGP {
 		rep.InDataPlane = st.holding
 		// Withdrawn routes take the drain period to leave the peers'
 		// tables and the flows on them to finish.
 		quiet = quiet && (st.releasedAt.IsZero() || in.now.Sub(st.releasedAt) >= r.cfg.Quiesce.Drain.Duration)
+		busy = r.bgpBusyHere(st, in)
+		quiet = quiet && busy == 0
 	} else {
 		// ARP: a member in the data plane serves the VIP or stands by to
 		// take it over.
@@ -34,6 +39,8 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 		rep.Reason = "quiesced: " + st.quiesceReason()
 	case st.quiescing && st.holding:
 		rep.Reason = "quiescing: " + st.quiesceReason() + "; handing over"
+	case st.quiescing && busy > 0:
+		rep.Reason = fmt.Sprintf("quiescing: %s; %d connection(s) here still carry requests", st.quiesceReason(), busy)
 	case st.quiescing && r.spreadMode():
 		rep.Reason = "quiescing: " + st.quiesceReason() + "; draining connections forwarded here"
 	case st.quiescing:

@@ -93,6 +93,12 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 		out.needBusy = true
 		return st, out
 	}
+	if in.busy == nil && r.bgpBusyWindow(st, in) {
+		// Read on every step from the withdrawal on, so that the data plane has a history
+		// when the drain ends (bgpdrain.go).
+		out.needBusy = true
+		return st, out
+	}
 	// Holding while not eligible is the hand-over: stay quiet so that the
 	// successor's announcements win the neighbours' caches. With nobody
 	// eligible to hand over to (fail-open, a quiesce pending) the holder is

@@ -34,6 +34,8 @@ type flowKernel struct {
 	removeStale func() error
 	// gateway is the router the node reaches addr through; invalid when addr is on-link.
 	gateway func(addr netip.Addr) (netip.Addr, error)
+	// sampleBusy counts the connections to vips that carry requests (flows.SampleBusy).
+	sampleBusy func(b *flows.BusyTracker, now time.Time, vips []netip.Addr) (int, error)
 }
 
 var (
@@ -47,6 +49,7 @@ func kernelFlows() flowKernel {
 		newForwarder: func() (flowTable, error) { return flows.NewForwarder() },
 		removeStale:  flows.RemoveStale,
 		gateway:      gatewayTo,
+		sampleBusy:   flows.SampleBusy,
 	}
 }
 

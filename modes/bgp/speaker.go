@@ -21,6 +21,7 @@ import (
 
 	"github.com/caplb/caplb/modes/bfd"
 	"github.com/caplb/caplb/modes/dataplane"
+	"github.com/caplb/caplb/modes/flows"
 )
 
 // addresses holds the VIPs locally so the node accepts their traffic.
@@ -67,6 +68,8 @@ type Speaker struct {
 	offLinkLogged  map[netip.Addr]bool
 	// flowVIPErr is the last failure to set up the forwarding, logged once.
 	flowVIPErr string
+	// busy counts the connections that still carry requests (modes/flows/busy.go).
+	busy flows.BusyTracker
 }
 
 var _ dataplane.Dataplane = &Speaker{}
@@ -399,9 +402,28 @@ func (s *Speaker) lingerExpired() {
 	}
 }
 
-// BusyConnections is 0: every member announces, the routers choose, and a member's flows move
-// to the others when it withdraws whatever it waits for.
-func (*Speaker) BusyConnections() int { return 0 }
+// BusyConnections counts the connections to the VIPs on this node (announced, or withdrawn and
+// still held) whose clients still send requests. With flow sharing a withdrawn member keeps
+// serving its connections, which the others send back to it; the agent waits for the busy ones
+// to move (quiesce.busyDrain) before it reports the member quiesced. Without flow sharing the
+// routers take them away at the withdrawal: 0.
+func (s *Speaker) BusyConnections() int {
+	if !s.keepWhileFlows {
+		return 0
+	}
+	now := s.now()
+	if !s.busy.Due(now) {
+		return s.busy.Count()
+	}
+	s.mu.Lock()
+	vips := s.heldLocked()
+	s.mu.Unlock()
+	n, err := s.flowKernel.sampleBusy(&s.busy, now, vips)
+	if err != nil {
+		s.log.Error(err, "counting busy connections failed; treating them as busy")
+	}
+	return n
+}
 
 // Status reports the sessions and the announced prefixes.
 func (s *Speaker) Status() dataplane.Status {
