@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,10 @@ import (
 func newDataplane(cfg *agentv1.AgentConfiguration, log logr.Logger, reg prometheus.Registerer) (dataplane.Dataplane, string, error) {
 	if cfg.Mode == agentv1.ModeBGP {
 		// The one call into modes/bgp; its signature follows that package.
-		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg)
+		// A withdrawn member serves its connections (flow sharing) for the drain and the busy
+		// drain, as an ARP holder hands over, and a second more for the last GOAWAY's answer.
+		flowCap := cfg.Quiesce.Drain.Duration + cfg.Quiesce.BusyDrain.Duration + time.Second
+		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg, bgp.WithFlowLingerCap(flowCap))
 		if err != nil {
 			return nil, "", fmt.Errorf("bgp: %w", err)
 		}

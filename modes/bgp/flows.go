@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/caplb/caplb/modes/dataplane"
@@ -67,10 +68,12 @@ func (s *Speaker) heldLocked() []netip.Addr {
 	return out
 }
 
-// LocalFlows lists the TCP connections, on any port, to the VIPs this node holds.
+// LocalFlows lists the TCP connections, on any port, to the VIPs this node holds (but withdrawn
+// ones past their cap: the others stop sending their packets here before the VIP goes).
 func (s *Speaker) LocalFlows() ([]flows.Flow, error) {
 	s.mu.Lock()
-	vips := s.heldLocked()
+	now := s.now()
+	vips := slices.DeleteFunc(s.heldLocked(), func(v netip.Addr) bool { return s.pastFlowCapLocked(v, now) })
 	s.countForwardedLocked()
 	s.mu.Unlock()
 	if len(vips) == 0 {
@@ -186,12 +189,53 @@ func (s *Speaker) countForwardedLocked() {
 	}
 }
 
-// hasFlowsLocked: connections to v are still open here. With flow sharing, a withdrawn VIP stays
-// on the node while they are: the other members send their packets here.
-func (s *Speaker) hasFlowsLocked(v netip.Addr) bool {
+// flowLetGo: after its cap a withdrawn VIP is no longer listed (the others drop its connections'
+// entries with this node's next list) and stays this much longer, so that no packet sent on
+// finds it gone: it would be routed back to the router, and by ECMP to a member that sends it
+// here again.
+const flowLetGo = 500 * time.Millisecond
+
+// keepForFlowsLocked is until when withdrawn VIP v stays for its connections (flow sharing): while
+// they are open, up to flowLingerCap after the withdrawal, then flowLetGo more; a time not after
+// now lets it go.
+func (s *Speaker) keepForFlowsLocked(v netip.Addr, now time.Time) time.Time {
 	if !s.keepWhileFlows {
-		return false
+		return time.Time{}
 	}
+	if at, ok := s.withdrawnAt[v]; ok && s.flowLingerCap > 0 {
+		capAt := at.Add(s.flowLingerCap)
+		switch {
+		case !now.Before(capAt.Add(flowLetGo)):
+			return time.Time{}
+		case !now.Before(capAt):
+			return capAt.Add(flowLetGo)
+		}
+		if !s.hasFlowsLocked(v) {
+			return time.Time{}
+		}
+		return minTime(now.Add(flowLingerRecheck), capAt)
+	}
+	if !s.hasFlowsLocked(v) {
+		return time.Time{}
+	}
+	return now.Add(flowLingerRecheck)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// pastFlowCapLocked: withdrawn VIP v is past its cap: its connections are no longer listed.
+func (s *Speaker) pastFlowCapLocked(v netip.Addr, now time.Time) bool {
+	at, ok := s.withdrawnAt[v]
+	return ok && !s.announced[v] && s.flowLingerCap > 0 && !now.Before(at.Add(s.flowLingerCap))
+}
+
+// hasFlowsLocked: connections to v are still open here.
+func (s *Speaker) hasFlowsLocked(v netip.Addr) bool {
 	l, err := s.flowKernel.list([]netip.Addr{v}, nil)
 	if err != nil {
 		s.log.Error(err, "listing connections to a withdrawn VIP; keeping it a moment longer", "vip", v)

@@ -42,7 +42,7 @@ func bareSpeaker(t *testing.T, k flowKernel) (*Speaker, *fakeAddresses) {
 	return &Speaker{
 		log: logr.Discard(), metrics: m, addrs: addrs, now: time.Now,
 		announced: map[netip.Addr]bool{}, lingering: map[netip.Addr]time.Time{},
-		flowKernel: k, keepWhileFlows: true, offLinkLogged: map[netip.Addr]bool{},
+		flowKernel: k, keepWhileFlows: true, offLinkLogged: map[netip.Addr]bool{}, withdrawnAt: map[netip.Addr]time.Time{},
 	}, addrs
 }
 
@@ -132,5 +132,47 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 		if s.lingerTimer != nil {
 			s.lingerTimer.Stop()
 		}
+	}
+}
+
+// TestWithdrawnVIPStaysAtMostTheCap: with a cap (the agent's drain + busyDrain + 1 s) a withdrawn
+// VIP with connections still open stays until the cap, is then no longer listed (the others drop
+// its connections' entries) and goes flowLetGo later.
+func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
+	g := NewWithT(t)
+	vip := netip.MustParseAddr("10.0.0.100")
+	open := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
+	s, addrs := bareSpeaker(t, flowKernel{
+		list: func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) {
+			if len(v) == 0 {
+				return nil, nil
+			}
+			return open, nil
+		},
+		newForwarder: func() (flowTable, error) { return &fakeFlowTable{}, nil },
+	})
+	s.flowLingerCap = 10 * time.Second
+	t0 := time.Unix(1000, 0)
+	now := t0
+	s.now = func() time.Time { return now }
+	s.lingering[vip], s.withdrawnAt[vip] = t0.Add(time.Second), t0
+	step := func(at time.Duration) {
+		now = t0.Add(at)
+		s.mu.Lock()
+		g.Expect(s.syncAddresses(now, nil)).To(Succeed())
+		s.mu.Unlock()
+	}
+	for _, at := range []time.Duration{2 * time.Second, 9 * time.Second} {
+		step(at)
+		g.Expect(addrs.held).To(Equal([]netip.Addr{vip}), "at %v: connections open, before the cap", at)
+		g.Expect(s.LocalFlows()).To(Equal(open), "listed: the others send them here")
+	}
+	step(10 * time.Second)
+	g.Expect(addrs.held).To(Equal([]netip.Addr{vip}), "at the cap: still held")
+	g.Expect(s.LocalFlows()).To(BeEmpty(), "but no longer listed")
+	step(10*time.Second + flowLetGo)
+	g.Expect(addrs.held).To(BeEmpty(), "gone flowLetGo after the cap, connections or not")
+	if s.lingerTimer != nil {
+		s.lingerTimer.Stop()
 	}
 }

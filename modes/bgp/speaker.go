@@ -70,21 +70,33 @@ type Speaker struct {
 	flowVIPErr string
 	// busy counts the connections that still carry requests (modes/flows/busy.go).
 	busy flows.BusyTracker
+	// withdrawnAt is when each lingering VIP was withdrawn; flowLingerCap bounds how long it
+	// stays for its connections after that (0: while they are open).
+	withdrawnAt   map[netip.Addr]time.Time
+	flowLingerCap time.Duration
 }
 
 var _ dataplane.Dataplane = &Speaker{}
 
 // New starts the speaker: it validates cfg, reads the password files, starts gobgp and begins
 // dialling the peers. Nothing is announced until Sync says so. reg may be nil.
-func New(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer) (*Speaker, error) {
+func New(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer, opts ...Option) (*Speaker, error) {
 	name := cfg.Interface
 	if name == "" {
 		name = agentv1.DefaultInterface
 	}
-	return newSpeaker(cfg, log, reg, &dummyAddresses{name: name, log: log.Info}, time.Now)
+	return newSpeaker(cfg, log, reg, &dummyAddresses{name: name, log: log.Info}, time.Now, opts...)
 }
 
-func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer, addrs addresses, now func() time.Time) (*Speaker, error) {
+// Option tunes a Speaker.
+type Option func(*Speaker)
+
+// WithFlowLingerCap bounds how long, with flow sharing, a withdrawn VIP stays on the node for
+// the connections still open to it: the agent passes quiesce.drain + quiesce.busyDrain + 1 s, so
+// that an unhealthy or quiescing member's clients are moved (GOAWAY) or reset as behind ARP.
+func WithFlowLingerCap(d time.Duration) Option { return func(s *Speaker) { s.flowLingerCap = d } }
+
+func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer, addrs addresses, now func() time.Time, opts ...Option) (*Speaker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -129,6 +141,10 @@ func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registere
 		flowKernel:     kernelFlows(),
 		keepWhileFlows: cfg.FlowSharingOn(),
 		offLinkLogged:  map[netip.Addr]bool{},
+		withdrawnAt:    map[netip.Addr]time.Time{},
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	if cfg.AddressLinger != nil && cfg.AddressLinger.Duration == 0 {
 		s.linger = 0
@@ -298,10 +314,12 @@ func (s *Speaker) Sync(ctx context.Context, desired dataplane.Desired) error {
 			continue
 		}
 		s.lingering[v] = now.Add(s.linger)
+		s.withdrawnAt[v] = now
 	}
 	// The VIPs must be local before the routers hear of them: traffic follows at once.
 	for v := range want {
 		delete(s.lingering, v)
+		delete(s.withdrawnAt, v)
 	}
 	if err := s.syncAddresses(now, want); err != nil {
 		errs = append(errs, err)
@@ -359,13 +377,16 @@ func (s *Speaker) syncAddresses(now time.Time, extra map[netip.Addr]bool) error 
 	}
 	var next time.Time
 	for v, until := range s.lingering {
-		if !until.After(now) && s.hasFlowsLocked(v) {
-			// Other members send this node's connections back here (flow sharing).
-			until = now.Add(flowLingerRecheck)
-			s.lingering[v] = until
+		if !until.After(now) {
+			if keep := s.keepForFlowsLocked(v, now); keep.After(now) {
+				// Other members send this node's connections back here (flow sharing).
+				until = keep
+				s.lingering[v] = until
+			}
 		}
 		if !until.After(now) {
 			delete(s.lingering, v)
+			delete(s.withdrawnAt, v)
 			continue
 		}
 		hold[v] = true

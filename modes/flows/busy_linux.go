@@ -4,6 +4,7 @@ package flows
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -27,6 +28,7 @@ func SampleBusy(b *BusyTracker, now time.Time, vips []netip.Addr) (int, error) {
 		}
 		isVIP[v] = true
 	}
+	local := localAddrs()
 	var conns []ConnSample
 	for _, fam := range families {
 		socks, err := netlink.SocketDiagTCPInfo(fam)
@@ -38,7 +40,12 @@ func SampleBusy(b *BusyTracker, now time.Time, vips []netip.Addr) (int, error) {
 			if m == nil || s.TCPInfo == nil || m.State != tcpEstablished {
 				continue
 			}
-			if local, ok := netip.AddrFromSlice(m.ID.Source); !ok || !isVIP[local.Unmap()] {
+			if addr, ok := netip.AddrFromSlice(m.ID.Source); !ok || !isVIP[addr.Unmap()] {
+				continue
+			}
+			// A client on this node (the kubelet and the agent reach the API server at the VIP,
+			// which is local here) is not moved by a GOAWAY and goes with the node: not waited for.
+			if remote, ok := netip.AddrFromSlice(m.ID.Destination); ok && (isVIP[remote.Unmap()] || local[remote.Unmap()]) {
 				continue
 			}
 			conns = append(conns, ConnSample{
@@ -49,4 +56,20 @@ func SampleBusy(b *BusyTracker, now time.Time, vips []netip.Addr) (int, error) {
 		}
 	}
 	return b.Observe(now, conns), nil
+}
+
+// localAddrs are this node's own addresses but loopback ones (an unreadable list is empty: every
+// client counts).
+func localAddrs() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && !p.Addr().IsLoopback() {
+			out[p.Addr().Unmap()] = true
+		}
+	}
+	return out
 }

@@ -187,6 +187,9 @@ func (m *BGPMember) AgentConfig() agentv1.AgentConfiguration {
 			cfg.Members = append(cfg.Members, agentv1.MemberConfig{Name: n.Name, Address: n.IPv4.String()})
 		}
 		cfg.Election.SecretKeyFile = c.gossipKey
+		// A withdrawn member serves its connections for drain + busyDrain + 1 s: long enough for
+		// a test's quiesce and return.
+		cfg.Quiesce.BusyDrain = agentv1.Duration{Duration: 10 * time.Second}
 	}
 	if c.opts.Configure != nil {
 		c.opts.Configure(m.Index, &cfg)
