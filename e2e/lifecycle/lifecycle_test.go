@@ -140,14 +140,29 @@ func TestLifecycleBGP(t *testing.T) {
 }
 
 // The same life in front of a real control plane: kubeadm-made etcd and kube-apiservers on
-// every machine, the workload cluster behind the VIP, client-go clients counting failures.
-// Opt-in (CAPLB_LAB_APISERVER=real, or `make test-real`) until it is steady in CI on 2 cores:
-// of three fresh-clone runs on 2026-11-27 it passed twice and once lost one client-go write of
-// 733 (busyDrain's threshold then let a slowed writer's connection be reset; since lowered) —
-// docs/benchmarks.md. make demo and make bench-rollout run the same life.
+// every machine, the workload cluster behind the VIP, client-go clients counting failures
+// (docs/benchmarks.md). make demo and make bench-rollout run the same life. CAPLB_LAB_APISERVER=
+// standin leaves them out (the stand-in lifecycles above run either way).
 func TestLifecycleRealARP(t *testing.T) {
-	if api, err := APIServerFromEnv(StandIn); err != nil || api != Real {
-		t.Skip("opt-in: CAPLB_LAB_APISERVER=real (make test-real); the stand-in lifecycle runs in make test")
-	}
+	skipUnlessReal(t)
 	runLifecycle(t, ARP, Real, "lcrarp")
+}
+
+// TestLifecycleRealBGP: behind BGP ECMP the members share their connections (flow sharing), so
+// that neither a join nor a withdrawal rehashing the router's flows fails a client-go write.
+func TestLifecycleRealBGP(t *testing.T) {
+	skipUnlessReal(t)
+	bgplab.SkipUnlessFRR(t)
+	runLifecycle(t, BGP, Real, "lcrbgp")
+}
+
+func skipUnlessReal(t *testing.T) {
+	t.Helper()
+	api, err := APIServerFromEnv(Real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if api != Real {
+		t.Skip("CAPLB_LAB_APISERVER=standin: the real control plane is left out")
+	}
 }
