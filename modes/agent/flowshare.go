@@ -62,8 +62,9 @@ type flowShare struct {
 	addrOf func(election.MemberView) netip.Addr
 	in     chan inboundFlows
 
-	known   map[string]peerFlows
-	applied map[flows.Flow]netip.Addr
+	known        map[string]peerFlows
+	applied      map[flows.Flow]netip.Addr
+	appliedPeers []netip.Addr
 	sent    []flows.Flow
 	sentAt  time.Time
 	boxes   map[string]*mailbox
@@ -100,8 +101,8 @@ func (f *flowShare) run(ctx context.Context, peers flowPeers) {
 	t := time.NewTicker(flowShareInterval)
 	defer t.Stop()
 	defer func() {
-		if len(f.applied) > 0 {
-			_ = f.dp.SetForeignFlows(nil)
+		if len(f.applied) > 0 || len(f.appliedPeers) > 0 {
+			_ = f.dp.SetForeignFlows(nil, nil)
 		}
 	}()
 	for {
@@ -169,10 +170,15 @@ func (f *flowShare) apply() {
 		}
 	}
 	want := owners(f.known, alive)
-	if maps.Equal(want, f.applied) {
+	peers := make([]netip.Addr, 0, len(alive))
+	for _, a := range alive {
+		peers = append(peers, a)
+	}
+	slices.SortFunc(peers, netip.Addr.Compare)
+	if maps.Equal(want, f.applied) && slices.Equal(peers, f.appliedPeers) {
 		return
 	}
-	if err := f.dp.SetForeignFlows(want); err != nil {
+	if err := f.dp.SetForeignFlows(want, peers); err != nil {
 		// Retried on every step: said once per distinct failure.
 		if msg := err.Error(); msg != f.setErr {
 			f.log.Error(err, "forwarding other members' flows")
@@ -184,7 +190,7 @@ func (f *flowShare) apply() {
 		f.log.Info("forwarding other members' flows again", "flows", len(want))
 		f.setErr = ""
 	}
-	f.applied = want
+	f.applied, f.appliedPeers = want, peers
 }
 
 // publish sends this node's flows to every alive peer when they changed, when the refresh is

@@ -18,6 +18,7 @@ type fakeFlowDP struct {
 	mu    sync.Mutex
 	local []flows.Flow
 	sets  []map[flows.Flow]netip.Addr
+	peers []netip.Addr
 }
 
 func (f *fakeFlowDP) LocalFlows() ([]flows.Flow, error) {
@@ -26,11 +27,17 @@ func (f *fakeFlowDP) LocalFlows() ([]flows.Flow, error) {
 	return f.local, nil
 }
 
-func (f *fakeFlowDP) SetForeignFlows(o map[flows.Flow]netip.Addr) error {
+func (f *fakeFlowDP) SetForeignFlows(o map[flows.Flow]netip.Addr, peers []netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sets = append(f.sets, o)
+	f.sets, f.peers = append(f.sets, o), peers
 	return nil
+}
+
+func (f *fakeFlowDP) lastPeers() []netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peers
 }
 
 func (f *fakeFlowDP) last() map[flows.Flow]netip.Addr {
@@ -125,9 +132,12 @@ func TestFlowShare(t *testing.T) {
 	g.Eventually(dp.last, 2*time.Second, 10*time.Millisecond).
 		Should(Equal(map[flows.Flow]netip.Addr{f2: a2, f3: a3}))
 
+	g.Expect(dp.lastPeers()).To(Equal([]netip.Addr{a2, a3}), "held segments are copied to the alive peers")
+
 	peers.setAlive("m3", false)
 	g.Eventually(dp.last, 2*time.Second, 10*time.Millisecond).
 		Should(Equal(map[flows.Flow]netip.Addr{f2: a2}), "a dead member's flows are reset here, not forwarded")
+	g.Expect(dp.lastPeers()).To(Equal([]netip.Addr{a2}))
 
 	more := []flows.Flow{testFlow("10.20.0.2:40000"), testFlow("10.20.0.2:40001")}
 	dp.mu.Lock()

@@ -21,6 +21,7 @@ const flowLingerRecheck = time.Second
 type flowTable interface {
 	Set(owners map[flows.Flow]netip.Addr) error
 	SetVIPs(vips []netip.Addr) error
+	SetPeers(peers []netip.Addr) error
 	Forwarded() uint64
 	Held() uint64
 	Close() error
@@ -88,20 +89,21 @@ func (s *Speaker) LocalFlows() ([]flows.Flow, error) {
 
 // SetForeignFlows programs the forwarding of other members' flows; the kernel tables are created
 // on the first non-empty set and removed by Close.
-func (s *Speaker) SetForeignFlows(owners map[flows.Flow]netip.Addr) error {
+func (s *Speaker) SetForeignFlows(owners map[flows.Flow]netip.Addr, peers []netip.Addr) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return errors.New("bgp speaker is closed")
 	}
-	if s.fwd == nil && len(owners) == 0 {
+	if s.fwd == nil && len(owners) == 0 && len(peers) == 0 {
 		return nil
 	}
 	if err := s.ensureForwarderLocked(); err != nil {
 		return err
 	}
 	owners, offLink := s.onLinkOwnersLocked(owners)
-	err := errors.Join(offLink, s.fwd.Set(owners))
+	onLink := slices.DeleteFunc(slices.Clone(peers), func(p netip.Addr) bool { return s.offLinkLocked(p) != nil })
+	err := errors.Join(offLink, s.fwd.Set(owners), s.fwd.SetPeers(onLink))
 	s.metrics.foreignFlows.Set(float64(len(owners)))
 	s.countForwardedLocked()
 	return err
@@ -117,13 +119,7 @@ func (s *Speaker) onLinkOwnersLocked(owners map[flows.Flow]netip.Addr) (map[flow
 	for fl, owner := range owners {
 		err, seen := verdict[owner]
 		if !seen {
-			gw, gerr := s.flowKernel.gateway(owner)
-			switch {
-			case gerr != nil:
-				err = fmt.Errorf("bgp.flowSharing: no route to member %s: %w", owner, gerr)
-			case gw.IsValid():
-				err = fmt.Errorf("bgp.flowSharing: member %s is reached through router %s, not on this node's segment; its connections are not forwarded (flow sharing needs the members on one L2 segment)", owner, gw)
-			}
+			err = s.offLinkLocked(owner)
 			verdict[owner] = err
 			if err != nil && !s.offLinkLogged[owner] {
 				errs = append(errs, err)
@@ -135,6 +131,18 @@ func (s *Speaker) onLinkOwnersLocked(owners map[flows.Flow]netip.Addr) (map[flow
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// offLinkLocked: nil when member addr is on this node's segment, else why not.
+func (s *Speaker) offLinkLocked(addr netip.Addr) error {
+	gw, err := s.flowKernel.gateway(addr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("bgp.flowSharing: no route to member %s: %w", addr, err)
+	case gw.IsValid():
+		return fmt.Errorf("bgp.flowSharing: member %s is reached through router %s, not on this node's segment; its connections are not forwarded (flow sharing needs the members on one L2 segment)", addr, gw)
+	}
+	return nil
 }
 
 // ensureForwarderLocked creates the kernel tables, holding the VIPs on the node.

@@ -15,6 +15,7 @@ import (
 type fakeFlowTable struct {
 	set    []map[flows.Flow]netip.Addr
 	vips   []netip.Addr
+	peers  []netip.Addr
 	closed bool
 }
 
@@ -22,10 +23,11 @@ func (f *fakeFlowTable) Set(o map[flows.Flow]netip.Addr) error {
 	f.set = append(f.set, o)
 	return nil
 }
-func (f *fakeFlowTable) SetVIPs(v []netip.Addr) error { f.vips = v; return nil }
-func (f *fakeFlowTable) Held() uint64                 { return 0 }
-func (f *fakeFlowTable) Forwarded() uint64            { return 7 }
-func (f *fakeFlowTable) Close() error                 { f.closed = true; return nil }
+func (f *fakeFlowTable) SetVIPs(v []netip.Addr) error  { f.vips = v; return nil }
+func (f *fakeFlowTable) SetPeers(p []netip.Addr) error { f.peers = p; return nil }
+func (f *fakeFlowTable) Held() uint64                  { return 0 }
+func (f *fakeFlowTable) Forwarded() uint64             { return 7 }
+func (f *fakeFlowTable) Close() error                  { f.closed = true; return nil }
 
 func flow(client, service string) flows.Flow {
 	return flows.Flow{Client: netip.MustParseAddrPort(client), Service: netip.MustParseAddrPort(service)}
@@ -63,15 +65,16 @@ func TestSetForeignFlowsForwardsOnLinkOwnersOnly(t *testing.T) {
 			return netip.Addr{}, nil
 		},
 	})
-	g.Expect(s.SetForeignFlows(nil)).To(Succeed())
+	g.Expect(s.SetForeignFlows(nil, nil)).To(Succeed())
 	g.Expect(made).To(Equal(0), "no table for nothing to forward")
 
 	a, b := flow("10.20.0.2:40000", "10.0.0.100:6443"), flow("10.20.0.2:40001", "10.0.0.100:6443")
-	err := s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed})
+	err := s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed}, []netip.Addr{onLink, routed})
 	g.Expect(err).To(MatchError(ContainSubstring("member 10.9.0.5 is reached through router 10.44.0.1")))
 	g.Expect(made).To(Equal(1))
 	g.Expect(table.set).To(Equal([]map[flows.Flow]netip.Addr{{a: onLink}}))
-	g.Expect(s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed})).To(Succeed(), "reported once")
+	g.Expect(table.peers).To(Equal([]netip.Addr{onLink}), "held segments are copied to on-link peers only")
+	g.Expect(s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed}, []netip.Addr{onLink, routed})).To(Succeed(), "reported once")
 
 	s.mu.Lock()
 	g.Expect(s.closeFlowsLocked()).To(Succeed())

@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		flowHeld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "caplb_bgp_flow_packets_held_total",
-			Help: "Packets of connections nobody here knew, dropped rather than reset while their owner's list was awaited (flow sharing; a retransmission follows).",
+			Help: "Packets of connections nobody here knew, held rather than reset: copied to every member (the owner takes its copy) while their owner's list was awaited (flow sharing).",
 		}),
 	}
 	if reg == nil {

@@ -103,7 +103,9 @@ type FlowSharer interface {
 	// the kernel's socket table.
 	LocalFlows() ([]flows.Flow, error)
 	// SetForeignFlows makes the node send on the packets of owners' flows to the owner's node
-	// address: the whole set each time (flows of members that died or left are absent).
-	// Called whenever a member's list or the membership changes.
-	SetForeignFlows(owners map[flows.Flow]netip.Addr) error
+	// address, and copy those of a flow no list names yet to every peer (the owner takes it, a
+	// list interval before its next list would name it): the whole set each time (flows and
+	// peers that died or left are absent). Called whenever a member's list or the membership
+	// changes.
+	SetForeignFlows(owners map[flows.Flow]netip.Addr, peers []netip.Addr) error
 }

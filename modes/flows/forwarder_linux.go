@@ -32,8 +32,9 @@ type Forwarder struct {
 	// something else, and the next Set rewrites them whole.
 	owners map[Flow]netip.Addr
 	dirty  bool
-	// vips is what the VIP sets hold, as last applied.
-	vips []netip.Addr
+	// vips is what the VIP sets hold, as last applied; peers what held segments are copied to.
+	vips  []netip.Addr
+	peers []netip.Addr
 }
 
 // NewForwarder creates both tables, replacing any left by an earlier run, with empty maps.
@@ -237,13 +238,50 @@ func (f *Forwarder) SetVIPs(vips []netip.Addr) error {
 	return nil
 }
 
+// SetPeers makes the forwarder copy a held segment (a connection nobody here knows yet), marked,
+// to each of peers: the members' node addresses, on-link like owners. Empty: held segments are
+// only dropped until a list names their owner.
+func (f *Forwarder) SetPeers(peers []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("flows: forwarder is closed")
+	}
+	want := make([]netip.Addr, 0, len(peers))
+	for _, p := range peers {
+		want = append(want, p.Unmap().WithZone(""))
+	}
+	slices.SortFunc(want, netip.Addr.Compare)
+	want = slices.Compact(want)
+	if slices.Equal(want, f.peers) {
+		return nil
+	}
+	c, err := f.conn(0)
+	if err != nil {
+		return fmt.Errorf("flows: nftables: %w", err)
+	}
+	for _, fm := range bothFamilies() {
+		t := fm.table()
+		spray := &nftables.Chain{Table: t, Name: sprayChain}
+		c.FlushChain(spray)
+		for _, r := range fm.sprayRules(t, spray, want) {
+			c.AddRule(r)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("flows: updating the peers held segments are copied to: %w", err)
+	}
+	f.peers = want
+	return nil
+}
+
 // Forwarded is how many packets the forwarder has sent on so far (the counters of both tables),
 // for a metric. It is 0 when the counters cannot be read.
 func (f *Forwarder) Forwarded() uint64 { return f.count(ownerChain) }
 
 // Held is how many segments of connections nobody here knew were dropped rather than reset
 // while their owner's list was awaited (HoldUnknown).
-func (f *Forwarder) Held() uint64 { return f.count(unknownChain) }
+func (f *Forwarder) Held() uint64 { return f.count(sprayChain) }
 
 // count sums the packet counters of chain in both tables; 0 when they cannot be read.
 func (f *Forwarder) count(chain string) uint64 {

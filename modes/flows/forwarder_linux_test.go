@@ -49,9 +49,12 @@ func TestForwarderSetIsDeclarative(t *testing.T) {
 			"socket transparent 0 return",
 			"flags dynamic,timeout",
 			"timeout 1s",
-			"ip saddr . tcp sport . ip daddr . tcp dport @held4 counter packets 0 bytes 0 drop",
+			"ip id 51739 drop",
+			"ip saddr . tcp sport . ip daddr . tcp dport @held4 goto spray",
 			"ip saddr . tcp sport . ip daddr . tcp dport @seen4 return",
 			"add @held4 { ip saddr . tcp sport . ip daddr . tcp dport }",
+			"ip id set 51739 counter",
+			"ip6 flowlabel set 51739 counter",
 			"dup to ip saddr . tcp sport . ip daddr . tcp dport map @owners4",
 			"table ip6 caplb_flows {",
 			"type ipv6_addr . inet_service . ipv6_addr . inet_service : ipv6_addr",
@@ -181,6 +184,21 @@ func TestForwarderEndToEnd(t *testing.T) {
 			g.Eventually(s.forwarderB.Held).WithTimeout(5*time.Second).Should(BeNumerically(">", held), "B holds the segment")
 			g.Expect(s.forwarderB.Set(map[Flow]netip.Addr{late.flow(s.service): s.aIP})).To(Succeed())
 			g.Eventually(answer).WithTimeout(5 * time.Second).Should(Receive(Equal("A: moved before its entry<nil>")))
+
+			// The same with B copying held segments to its peers: A, the owner, answers at once
+			// (the client's first try, before any retransmission), without an entry.
+			s.route(g, s.aIP)
+			sprayed := s.dial(g)
+			defer sprayed.Close()
+			g.Expect(sprayed.ask("hello")).To(Equal("A: hello"))
+			g.Expect(s.forwarderB.SetPeers([]netip.Addr{s.aIP})).To(Succeed())
+			held = s.forwarderB.Held()
+			s.route(g, s.bIP)
+			start = time.Now()
+			g.Expect(sprayed.ask("copied to the peers")).To(Equal("A: copied to the peers"))
+			g.Expect(time.Since(start)).To(BeNumerically("<", 150*time.Millisecond), "no retransmission needed")
+			g.Expect(s.forwarderB.Held()).To(BeNumerically(">", held))
+			g.Expect(s.forwarderB.SetPeers(nil)).To(Succeed())
 
 			s.route(g, s.aIP)
 			kept := s.dial(g)

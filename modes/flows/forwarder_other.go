@@ -21,6 +21,9 @@ func (f *Forwarder) Set(owners map[Flow]netip.Addr) error { return errNotLinux }
 // SetVIPs fails: not Linux.
 func (f *Forwarder) SetVIPs(vips []netip.Addr) error { return errNotLinux }
 
+// SetPeers fails: not Linux.
+func (f *Forwarder) SetPeers(peers []netip.Addr) error { return errNotLinux }
+
 // Held is 0: nothing is held.
 func (f *Forwarder) Held() uint64 { return 0 }
 

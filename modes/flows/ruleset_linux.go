@@ -18,7 +18,13 @@ const (
 	vipChain     = "vip"
 	ownerChain   = "toowner"
 	unknownChain = "unknown"
+	sprayChain   = "spray"
 )
+
+// copyMark marks the copies of a held segment sent to every peer: IPv4's identification field
+// (meaningless on a TCP segment that may not be fragmented), IPv6's flow label. A peer drops a
+// marked segment it has no socket for, silently: the owner answers, the others must not reset.
+const copyMark = 0xca1b
 
 // HoldUnknown is how long a segment of a connection nobody here knows is dropped rather than
 // reset: the owner's next list (every 100 ms) names it, and the client's retransmission is then
@@ -147,9 +153,14 @@ func (fm family) loadKey() []expr.Any {
 //	    drop
 //	  }
 //	  chain unknown {
-//	    ip saddr . tcp sport . ip daddr . tcp dport @held4 counter drop
+//	    ip id 0xca1b drop
+//	    ip saddr . tcp sport . ip daddr . tcp dport @held4 goto spray
 //	    ip saddr . tcp sport . ip daddr . tcp dport @seen4 return
-//	    add @held4 { ip saddr . tcp sport . ip daddr . tcp dport } add @seen4 { ... } counter drop
+//	    add @held4 { ip saddr . tcp sport . ip daddr . tcp dport } add @seen4 { ... } goto spray
+//	  }
+//	  chain spray {   # SetPeers
+//	    ip id set 0xca1b counter dup to <peer 1> dup to <peer 2> ...
+//	    drop
 //	  }
 //	}
 //
@@ -167,6 +178,8 @@ func (fm family) loadKey() []expr.Any {
 // interval before the router rehashed it here — is held: its segments are dropped, not reset,
 // for HoldUnknown from the first one, so that the owner's next list names it and the client's
 // retransmission is sent on. Still unknown after that (its owner died), the stack resets it.
+// Meanwhile each of its segments is copied, marked, to every peer: the owner takes it at once,
+// the others drop a marked segment they have no socket for (never copying it on).
 func (fm family) rules(t *nftables.Table, c chains, owners, vips, held, seen *nftables.Set) []*nftables.Rule {
 	lookup := func(set *nftables.Set, dreg bool) *expr.Lookup {
 		return &expr.Lookup{SourceRegister: regKey, SetName: set.Name, SetID: set.ID, DestRegister: reg1, IsDestRegSet: dreg}
@@ -184,6 +197,7 @@ func (fm family) rules(t *nftables.Table, c chains, owners, vips, held, seen *nf
 	}
 	ret := &expr.Verdict{Kind: expr.VerdictReturn}
 	toUnknown := &expr.Verdict{Kind: expr.VerdictJump, Chain: c.unknown.Name}
+	toSpray := &expr.Verdict{Kind: expr.VerdictGoto, Chain: c.spray.Name}
 	drop := &expr.Verdict{Kind: expr.VerdictDrop}
 
 	match := append(append([]expr.Any{}, isTCP...),
@@ -208,17 +222,66 @@ func (fm family) rules(t *nftables.Table, c chains, owners, vips, held, seen *nf
 		{Table: t, Chain: c.owner, Exprs: append([]expr.Any{&expr.Counter{}}, withKey(lookup(owners, true), &expr.Dup{RegAddr: reg1})...)},
 		{Table: t, Chain: c.owner, Exprs: []expr.Any{drop}},
 
-		{Table: t, Chain: c.unknown, Exprs: withKey(lookup(held, false), &expr.Counter{}, drop)},
+		{Table: t, Chain: c.unknown, Exprs: append(fm.marked(), drop)},
+		{Table: t, Chain: c.unknown, Exprs: withKey(lookup(held, false), toSpray)},
 		{Table: t, Chain: c.unknown, Exprs: withKey(lookup(seen, false), ret)},
 		{Table: t, Chain: c.unknown, Exprs: withKey(
 			&expr.Dynset{SrcRegKey: regKey, SetName: held.Name, SetID: held.ID, Operation: uint32(unix.NFT_DYNSET_OP_ADD)},
 			&expr.Dynset{SrcRegKey: regKey, SetName: seen.Name, SetID: seen.ID, Operation: uint32(unix.NFT_DYNSET_OP_ADD)},
-			&expr.Counter{}, drop)},
+			toSpray)},
+	}
+}
+
+// marked matches a peer's copy of a held segment (copyMark).
+func (fm family) marked() []expr.Any {
+	if fm.nft == nftables.TableFamilyIPv4 {
+		return []expr.Any{
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 4, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binary.BigEndian.AppendUint16(nil, copyMark)},
+		}
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 0, Len: 4},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: []byte{0, 0x0f, 0xff, 0xff}, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binary.BigEndian.AppendUint32(nil, copyMark)},
+	}
+}
+
+// mark sets copyMark on the segment (then copied to the peers, the original dropped).
+func (fm family) mark() []expr.Any {
+	if fm.nft == nftables.TableFamilyIPv4 {
+		return []expr.Any{
+			&expr.Immediate{Register: reg1, Data: binary.BigEndian.AppendUint16(nil, copyMark)},
+			&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg1, Base: expr.PayloadBaseNetworkHeader,
+				Offset: 4, Len: 2, CsumType: expr.CsumTypeInet, CsumOffset: 10},
+		}
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 0, Len: 4},
+		&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: []byte{0xff, 0xf0, 0, 0},
+			Xor: binary.BigEndian.AppendUint32(nil, copyMark)},
+		&expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 0, Len: 4},
+	}
+}
+
+// sprayRules copy a held segment, marked, to every peer of fm's family and drop the original:
+// the owner takes it at once instead of at the client's retransmission, after its next list.
+func (fm family) sprayRules(t *nftables.Table, spray *nftables.Chain, peers []netip.Addr) []*nftables.Rule {
+	exprs := append(fm.mark(), &expr.Counter{})
+	for _, p := range peers {
+		if p.Is4() != (fm.nft == nftables.TableFamilyIPv4) {
+			continue
+		}
+		exprs = append(exprs, &expr.Immediate{Register: reg1, Data: p.AsSlice()}, &expr.Dup{RegAddr: reg1})
+	}
+	return []*nftables.Rule{
+		{Table: t, Chain: spray, Exprs: exprs},
+		{Table: t, Chain: spray, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}},
 	}
 }
 
 // chains are a table's chains.
-type chains struct{ pre, vip, owner, unknown *nftables.Chain }
+type chains struct{ pre, vip, owner, unknown, spray *nftables.Chain }
 
 // create queues the replacement of fm's table (any earlier one goes with its entries) by empty
 // sets and the chains.
@@ -238,10 +301,11 @@ func (fm family) create(c *nftables.Conn) error {
 		vip:     c.AddChain(&nftables.Chain{Table: t, Name: vipChain}),
 		owner:   c.AddChain(&nftables.Chain{Table: t, Name: ownerChain}),
 		unknown: c.AddChain(&nftables.Chain{Table: t, Name: unknownChain}),
+		spray:   c.AddChain(&nftables.Chain{Table: t, Name: sprayChain}),
 		pre: c.AddChain(&nftables.Chain{Table: t, Name: preChain, Type: nftables.ChainTypeFilter,
 			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw}),
 	}
-	for _, r := range fm.rules(t, ch, owners, vips, held, seen) {
+	for _, r := range append(fm.rules(t, ch, owners, vips, held, seen), fm.sprayRules(t, ch.spray, nil)...) {
 		c.AddRule(r)
 	}
 	return nil
