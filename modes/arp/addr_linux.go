@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/caplb/caplb/modes/flows"
 )
 
 func (a *Announcer) addAddr(v netip.Addr) error {
@@ -138,13 +140,13 @@ func InterfaceFor(vip netip.Addr) (string, error) {
 }
 
 // resetPatience bounds how long a release waits for busy connections to answer their request
-// in flight before it resets them anyway (see resetConnections).
+// in flight before it resets them anyway (see flows.ResetConnections).
 const resetPatience = 300 * time.Millisecond
 
 // resetConnections resets the connections still open to v before v goes (see the function of
 // the same name); a failure is logged, never fatal: the address must go regardless.
 func (a *Announcer) resetConnections(v netip.Addr) int {
-	n, err := resetConnections(v, resetPatience)
+	n, err := flows.ResetConnections(v, resetPatience)
 	if err != nil {
 		a.log.Info("could not reset every connection to the VIP; their clients wait for a timeout", "vip", v.String(), "error", err.Error())
 	}

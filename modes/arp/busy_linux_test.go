@@ -154,7 +154,7 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 	g.Eventually(events.Load).Should(BeNumerically(">", seen), "and still delivers events")
 
 	// The release resets what is left (the watch); no write fails.
-	n, err := resetConnections(old, resetPatience)
+	n, err := flows.ResetConnections(old, resetPatience)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(Equal(1), "the watch's connection is reset")
 	g.Eventually(watchEnded, 2*time.Second).Should(Receive(HaveOccurred()), "the watch learns at once (client-go reopens it)")

@@ -38,6 +38,8 @@ type flowKernel struct {
 	gateway func(addr netip.Addr) (netip.Addr, error)
 	// sampleBusy counts the connections to vips that carry requests (flows.SampleBusy).
 	sampleBusy func(b *flows.BusyTracker, now time.Time, vips []netip.Addr) (int, error)
+	// reset aborts the connections to vip, each once it answered its request (flows.ResetConnections).
+	reset func(vip netip.Addr, patience time.Duration) (int, error)
 }
 
 var (
@@ -52,6 +54,7 @@ func kernelFlows() flowKernel {
 		removeStale:  flows.RemoveStale,
 		gateway:      gatewayTo,
 		sampleBusy:   flows.SampleBusy,
+		reset:        flows.ResetConnections,
 	}
 }
 
@@ -216,6 +219,7 @@ func (s *Speaker) keepForFlowsLocked(v netip.Addr, now time.Time) time.Time {
 		case !now.Before(capAt.Add(flowLetGo)):
 			return time.Time{}
 		case !now.Before(capAt):
+			s.resetAtCapLocked(v)
 			return capAt.Add(flowLetGo)
 		}
 		if !s.hasFlowsLocked(v) {
@@ -227,6 +231,26 @@ func (s *Speaker) keepForFlowsLocked(v netip.Addr, now time.Time) time.Time {
 		return time.Time{}
 	}
 	return now.Add(flowLingerRecheck)
+}
+
+// resetPatience bounds how long the reset at the cap waits for a busy connection's answer.
+const resetPatience = 300 * time.Millisecond
+
+// resetAtCapLocked resets, once, the connections still open to withdrawn VIP v at its cap: the
+// client learns at once (a GET is retried, a watch reopens) rather than after the others held
+// its segments for their owner (flows.HoldUnknown), as an ARP holder's release does.
+func (s *Speaker) resetAtCapLocked(v netip.Addr) {
+	if s.capReset[v] {
+		return
+	}
+	s.capReset[v] = true
+	n, err := s.flowKernel.reset(v, resetPatience)
+	if err != nil {
+		s.log.Error(err, "resetting the connections to a withdrawn VIP", "vip", v)
+	}
+	if n > 0 {
+		s.log.Info("reset the connections still open to a withdrawn VIP at the end of its drain", "vip", v, "connections", n)
+	}
 }
 
 func minTime(a, b time.Time) time.Time {

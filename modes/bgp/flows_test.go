@@ -45,6 +45,7 @@ func bareSpeaker(t *testing.T, k flowKernel) (*Speaker, *fakeAddresses) {
 		log: logr.Discard(), metrics: m, addrs: addrs, now: time.Now,
 		announced: map[netip.Addr]bool{}, lingering: map[netip.Addr]time.Time{},
 		flowKernel: k, keepWhileFlows: true, offLinkLogged: map[netip.Addr]bool{}, withdrawnAt: map[netip.Addr]time.Time{},
+		capReset: map[netip.Addr]bool{},
 	}, addrs
 }
 
@@ -139,12 +140,13 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 }
 
 // TestWithdrawnVIPStaysAtMostTheCap: with a cap (the agent's drain + busyDrain + 1 s) a withdrawn
-// VIP with connections still open stays until the cap, is then no longer listed (the others drop
-// its connections' entries) and goes flowLetGo later.
+// VIP with connections still open stays until the cap, where they are reset and no longer listed
+// (the others drop their entries), and goes flowLetGo later.
 func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 	g := NewWithT(t)
 	vip := netip.MustParseAddr("10.0.0.100")
 	open := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
+	var resets []netip.Addr
 	s, addrs := bareSpeaker(t, flowKernel{
 		list: func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) {
 			if len(v) == 0 {
@@ -153,6 +155,11 @@ func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 			return open, nil
 		},
 		newForwarder: func() (flowTable, error) { return &fakeFlowTable{}, nil },
+		reset: func(v netip.Addr, _ time.Duration) (int, error) {
+			resets = append(resets, v)
+			open = nil
+			return 1, nil
+		},
 	})
 	s.flowLingerCap = 10 * time.Second
 	t0 := time.Unix(1000, 0)
@@ -170,9 +177,11 @@ func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 		g.Expect(addrs.held).To(Equal([]netip.Addr{vip}), "at %v: connections open, before the cap", at)
 		g.Expect(s.LocalFlows()).To(Equal(open), "listed: the others send them here")
 	}
+	g.Expect(resets).To(BeEmpty())
 	step(10 * time.Second)
 	g.Expect(addrs.held).To(Equal([]netip.Addr{vip}), "at the cap: still held")
-	g.Expect(s.LocalFlows()).To(BeEmpty(), "but no longer listed")
+	g.Expect(resets).To(Equal([]netip.Addr{vip}), "the connections still open are reset: their clients learn at once")
+	g.Expect(s.LocalFlows()).To(BeEmpty(), "and no longer listed")
 	step(10*time.Second + flowLetGo)
 	g.Expect(addrs.held).To(BeEmpty(), "gone flowLetGo after the cap, connections or not")
 	if s.lingerTimer != nil {

@@ -74,6 +74,8 @@ type Speaker struct {
 	// stays for its connections after that (0: while they are open).
 	withdrawnAt   map[netip.Addr]time.Time
 	flowLingerCap time.Duration
+	// capReset: the connections to a withdrawn VIP were reset at its cap.
+	capReset map[netip.Addr]bool
 }
 
 var _ dataplane.Dataplane = &Speaker{}
@@ -142,6 +144,7 @@ func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registere
 		keepWhileFlows: cfg.FlowSharingOn(),
 		offLinkLogged:  map[netip.Addr]bool{},
 		withdrawnAt:    map[netip.Addr]time.Time{},
+		capReset:       map[netip.Addr]bool{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -315,6 +318,7 @@ func (s *Speaker) Sync(ctx context.Context, desired dataplane.Desired) error {
 		}
 		s.lingering[v] = now.Add(s.linger)
 		s.withdrawnAt[v] = now
+		delete(s.capReset, v)
 	}
 	// The VIPs must be local before the routers hear of them: traffic follows at once.
 	for v := range want {
@@ -387,6 +391,7 @@ func (s *Speaker) syncAddresses(now time.Time, extra map[netip.Addr]bool) error 
 		if !until.After(now) {
 			delete(s.lingering, v)
 			delete(s.withdrawnAt, v)
+			delete(s.capReset, v)
 			continue
 		}
 		hold[v] = true

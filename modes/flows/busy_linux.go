@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// tcpEstablished is the kernel's TCP_ESTABLISHED state.
 const tcpEstablished = 1
 
 // SampleBusy feeds b the established connections to vips as the kernel has them now (sock_diag

@@ -1,6 +1,6 @@
 //go:build linux
 
-package arp
+package flows
 
 import (
 	"errors"
@@ -52,7 +52,7 @@ func TestResetConnections(t *testing.T) {
 				g.Expect(err).NotTo(HaveOccurred())
 				defer other.Close()
 			}
-			g.Eventually(func() (int, error) { return resetConnections(vip, 0) }, 2*time.Second, 20*time.Millisecond).
+			g.Eventually(func() (int, error) { return ResetConnections(vip, 0) }, 2*time.Second, 20*time.Millisecond).
 				Should(BeNumerically(">=", 1), "the server's side of the connection is reset")
 			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 			_, err = c.Read(make([]byte, 1))
@@ -129,7 +129,7 @@ func TestResetWaitsForTheAnswer(t *testing.T) {
 		err error
 	}
 	done := make(chan result, 1)
-	go func() { n, err := resetConnections(vip, 5*time.Second); done <- result{n, err} }()
+	go func() { n, err := ResetConnections(vip, 5*time.Second); done <- result{n, err} }()
 	// The idle connection goes at once; the one in flight waits for its answer.
 	_ = idle.SetReadDeadline(time.Now().Add(2 * time.Second))
 	_, err = idle.Read(make([]byte, 1))
@@ -154,7 +154,7 @@ func TestResetWaitsForTheAnswer(t *testing.T) {
 	_, _ = stuck.Write([]byte("q"))
 	g.Eventually(requests, 2*time.Second).Should(Receive(&server))
 	start := time.Now()
-	n, err = resetConnections(vip, 300*time.Millisecond)
+	n, err = ResetConnections(vip, 300*time.Millisecond)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(BeNumerically(">=", 1))
 	g.Expect(time.Since(start)).To(BeNumerically(">=", 300*time.Millisecond), "it waited its patience")

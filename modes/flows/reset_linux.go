@@ -1,6 +1,6 @@
 //go:build linux
 
-package arp
+package flows
 
 import (
 	"encoding/binary"
@@ -19,7 +19,7 @@ import (
 // tcpListen is the kernel's TCP_LISTEN state (include/net/tcp_states.h).
 const tcpListen = 10
 
-// resetConnections aborts the TCP connections whose local address is vip (SOCK_DESTROY: the
+// ResetConnections aborts the TCP connections whose local address is vip (SOCK_DESTROY: the
 // kernel sends the peer a RST), for a VIP this node is about to remove. Without it the address
 // goes and the connections are left blackholed: their next segments reach the new owner, or
 // nobody, and the client waits for its timeout. With it a client learns at once that the
@@ -32,7 +32,7 @@ const tcpListen = 10
 // received data after it last sent any (a request it has not answered), or it has data the
 // client has not acknowledged yet (an answer on the way) — is reset only once it turns quiet,
 // or when patience runs out. It returns how many connections it reset.
-func resetConnections(vip netip.Addr, patience time.Duration) (int, error) {
+func ResetConnections(vip netip.Addr, patience time.Duration) (int, error) {
 	deadline := time.Now().Add(patience)
 	n := 0
 	var errs []error
@@ -64,7 +64,7 @@ func resetConnections(vip netip.Addr, patience time.Duration) (int, error) {
 		time.Sleep(quietPoll)
 	}
 	if len(errs) > 0 {
-		return n, fmt.Errorf("arp: reset connections to %s: %w", vip, errors.Join(errs...))
+		return n, fmt.Errorf("flows: reset connections to %s: %w", vip, errors.Join(errs...))
 	}
 	return n, nil
 }
@@ -72,9 +72,6 @@ func resetConnections(vip netip.Addr, patience time.Duration) (int, error) {
 // quietPoll is how often a busy connection is looked at again: a request to an API server is
 // answered in a few milliseconds.
 const quietPoll = 2 * time.Millisecond
-
-// tcpEstablished is the kernel's TCP_ESTABLISHED state.
-const tcpEstablished = 1
 
 // busy: the socket may carry a request in flight. tcpi_last_data_recv and _sent are
 // milliseconds since the last data segment each way. Received and sent within the same
@@ -105,7 +102,7 @@ func vipSockets(vip netip.Addr) ([]*netlink.InetDiagTCPInfoResp, error) {
 	for _, fam := range families {
 		socks, err := netlink.SocketDiagTCPInfo(fam)
 		if err != nil {
-			return nil, fmt.Errorf("arp: list TCP sockets: %w", err)
+			return nil, fmt.Errorf("flows: list TCP sockets: %w", err)
 		}
 		for _, s := range socks {
 			if s.InetDiagMsg == nil {
