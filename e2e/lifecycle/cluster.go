@@ -78,11 +78,12 @@ func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
 	}
 	drain := lbv1.Duration{Duration: labDrainPeriod}
 	lb.Spec.Quiesce.DrainPeriod = &drain
-	if a := lb.Spec.Backend.ARP; a != nil && a.Agent.Timers != nil && l.real == nil {
+	if v := lb.Spec.Backend.VIP(); v != nil && v.Agent.Timers != nil && l.real == nil {
 		// The stand-in API servers send no GOAWAY (the sample's busyDrain waits for kube-
-		// apiserver's goaway-chance to move busy clients): it would only hold every hand-over of
-		// the kept-alive prober, whose GETs survive a reset, to its end.
-		a.Agent.Timers.BusyDrain = nil
+		// apiserver's goaway-chance to move busy clients): it would only hold every hand-over
+		// (ARP) or withdrawal (BGP) of the kept-alive prober, whose GETs survive a reset, to
+		// its end.
+		v.Agent.Timers.BusyDrain = nil
 	}
 	if b := lb.Spec.Backend.BGP; b != nil {
 		// The lab has one router (the sample two) and takes the VIP from its pool, as the ARP
