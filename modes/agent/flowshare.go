@@ -65,11 +65,11 @@ type flowShare struct {
 	known        map[string]peerFlows
 	applied      map[flows.Flow]netip.Addr
 	appliedPeers []netip.Addr
-	sent    []flows.Flow
-	sentAt  time.Time
-	boxes   map[string]*mailbox
-	listErr bool
-	setErr  string
+	sent         []flows.Flow
+	sentAt       time.Time
+	boxes        map[string]*mailbox
+	listErr      bool
+	setErr       string
 }
 
 func newFlowShare(dp dataplane.FlowSharer, self string, log logr.Logger, addrOf func(election.MemberView) netip.Addr) *flowShare {
