@@ -195,6 +195,17 @@ func queueElems(op func(*nftables.Set, []nftables.SetElement) error, set *nftabl
 	return nil
 }
 
+// canonicalAddrs sorts addrs as the kernel compares them, IPv4-mapped ones as IPv4, without
+// zones or repeats.
+func canonicalAddrs(addrs []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, a.Unmap().WithZone(""))
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
 // SetVIPs makes the VIP sets hold exactly vips: only segments to them are sent on or held. The
 // caller keeps it to the VIPs on the node (announced, or withdrawn and still held).
 func (f *Forwarder) SetVIPs(vips []netip.Addr) error {
@@ -203,12 +214,7 @@ func (f *Forwarder) SetVIPs(vips []netip.Addr) error {
 	if f.closed {
 		return errors.New("flows: forwarder is closed")
 	}
-	want := make([]netip.Addr, 0, len(vips))
-	for _, v := range vips {
-		want = append(want, v.Unmap().WithZone(""))
-	}
-	slices.SortFunc(want, netip.Addr.Compare)
-	want = slices.Compact(want)
+	want := canonicalAddrs(vips)
 	if slices.Equal(want, f.vips) && f.vips != nil {
 		return nil
 	}
@@ -247,12 +253,7 @@ func (f *Forwarder) SetPeers(peers []netip.Addr) error {
 	if f.closed {
 		return errors.New("flows: forwarder is closed")
 	}
-	want := make([]netip.Addr, 0, len(peers))
-	for _, p := range peers {
-		want = append(want, p.Unmap().WithZone(""))
-	}
-	slices.SortFunc(want, netip.Addr.Compare)
-	want = slices.Compact(want)
+	want := canonicalAddrs(peers)
 	if slices.Equal(want, f.peers) {
 		return nil
 	}
