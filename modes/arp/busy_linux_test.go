@@ -31,6 +31,12 @@ import (
 // --goaway-chance does, and the client's next connections reach the successor (127.0.0.81). The
 // writer's connection counts as busy until the GOAWAY moves its requests; the watch left on it
 // does not; the reset that follows fails no write.
+//
+// The watch sends 500 bytes of events every 100 ms (5 KB/s). Go's HTTP/2 client returns flow
+// control in one 48-byte TLS record per 4 KiB consumed, so the watch's connection carries
+// ~120 bytes from the client in busyWindow, well under busyBytes. (At 20 ms a tick, 25 KB/s,
+// it carried ~560 bytes: the tracker rightly counted it busy in some runs and the test failed.
+// Such a busy watch only holds the VIP up to busyDrain; it fails no request.)
 func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (SOCK_DESTROY, and sock_diag's tcp_info of every socket)")
@@ -50,7 +56,7 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 				select {
 				case <-r.Context().Done():
 					return
-				case <-time.After(20 * time.Millisecond):
+				case <-time.After(100 * time.Millisecond):
 				}
 			}
 		}
@@ -69,8 +75,17 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 		return s
 	}
 	oldSrv, newSrv := serve(old), serve(successor)
-	defer oldSrv.Close()
-	defer newSrv.Close()
+	// httptest.Server.Close waits for every handler, and the watch's never ends by itself: on
+	// any exit (a failed assertion too) the client's streams are cancelled and the servers'
+	// connections closed first, so no failure can hang the test.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		oldSrv.CloseClientConnections()
+		newSrv.CloseClientConnections()
+		oldSrv.Close()
+		newSrv.Close()
+	}()
 
 	// The first connection reaches the old holder; every later one the successor, as new
 	// connections to a VIP do once the neighbours' caches moved.
@@ -91,7 +106,7 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 
 	// The watch shares the transport (one connection, as client-go's) but has no overall
 	// timeout: it is long-lived.
-	watch, err := (&http.Client{Transport: tr}).Get(url + "/watch")
+	watch, err := (&http.Client{Transport: tr}).Do(must(http.NewRequestWithContext(ctx, http.MethodGet, url+"/watch", nil)))
 	g.Expect(err).NotTo(HaveOccurred())
 	var events atomic.Int64
 	watchEnded := make(chan error, 1)
@@ -118,7 +133,7 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			resp, err := client.Do(must(http.NewRequest(http.MethodPut, url+"/cm", bytes.NewReader(bytes.Repeat([]byte("v"), 600)))))
+			resp, err := client.Do(must(http.NewRequestWithContext(ctx, http.MethodPut, url+"/cm", bytes.NewReader(bytes.Repeat([]byte("v"), 600)))))
 			writes.Add(1)
 			if err != nil {
 				failed.Add(1)
@@ -129,7 +144,7 @@ func TestBusyDrainMovesWritesWithoutFailing(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	defer func() { close(stop); wg.Wait() }()
+	defer func() { cancel(); close(stop); wg.Wait() }()
 
 	var b flows.BusyTracker
 	sample := func() int {
