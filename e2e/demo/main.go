@@ -52,7 +52,7 @@ func main() {
 		tl.step("running the static-backend demo (%s; CAPLB_DEMO=static chooses it as root too)", orDefault(why, "CAPLB_DEMO=static"))
 	}
 	if err := demo(ctx, tl); err != nil {
-		tl.fail("demo failed: %v", err)
+		tl.fail("FAIL demo: %v", err)
 		stop()
 		os.Exit(1)
 	}

@@ -100,8 +100,9 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	out.Input.Timeline = rec.Timeline()
 	out.Result = observe.Summarize(out.Input)
 	if l.opts.Backend == BGP {
-		// Several next hops are BGP's normal state (ECMP), not two owners.
-		out.Result.DualOwnerMSMax = nil
+		// Several next hops are BGP's normal state (ECMP), not two owners, and a new member
+		// joining them is no claim against anyone.
+		out.Result.DualOwnerMSMax, out.Result.SpuriousClaims = nil, nil
 	}
 	if err != nil {
 		return out, err

@@ -25,6 +25,10 @@ type Recorder interface {
 	Step(text string)
 	ReplacementStart(round int)
 	ReplacementEnd(round int)
+	// Leaving and Back bracket a member's way out of the load balancer and back, so that a
+	// second holder beside a leaving one counts as a hand-over, not a spurious claim.
+	Leaving(machine string)
+	Back(machine string)
 }
 
 // Report is what the scenario measured and checked.
@@ -58,6 +62,18 @@ const (
 	goneTimeout     = 120 * time.Second
 	moveTimeout     = 30 * time.Second
 )
+
+func (s *Scenario) leaving(machine string) {
+	if s.Recorder != nil {
+		s.Recorder.Leaving(machine)
+	}
+}
+
+func (s *Scenario) back(machine string) {
+	if s.Recorder != nil {
+		s.Recorder.Back(machine)
+	}
+}
 
 func (s *Scenario) step(format string, args ...any) {
 	if s.Recorder != nil {
@@ -175,6 +191,7 @@ func (s *Scenario) deleteMachine(ctx context.Context, name string) (time.Duratio
 	if _, ok := m.Annotations[hook]; !ok {
 		return 0, fmt.Errorf("machine %s has no caplb pre-drain hook before its deletion", name)
 	}
+	s.leaving(name)
 	if err := l.Mgmt.Client.Delete(ctx, m); err != nil {
 		return 0, err
 	}
@@ -239,6 +256,7 @@ func (s *Scenario) disableAndEnable(ctx context.Context) error {
 	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: name}}
 	reason := "maintenance"
 	s.step("annotate Machine %s %s=%s", name, lbv1.DisabledAnnotation, reason)
+	s.leaving(name)
 	if err := l.Mgmt.Annotate(ctx, m, lbv1.DisabledAnnotation, &reason); err != nil {
 		return err
 	}
@@ -257,6 +275,7 @@ func (s *Scenario) disableAndEnable(ctx context.Context) error {
 	if err := s.waitTarget(ctx, name, lbv1.TargetActive, activeTimeout); err != nil {
 		return err
 	}
+	s.back(name)
 	s.step("%s enabled again", name)
 	return s.checkNoQuiesce(ctx)
 }
@@ -270,6 +289,7 @@ func (s *Scenario) failHealth(ctx context.Context) error {
 	}
 	n := l.Node(h[0])
 	s.step("fail %s's API server health (/readyz 500)", n.Name)
+	s.leaving(n.Name)
 	if err := n.SetHealthy(false); err != nil {
 		return err
 	}
@@ -285,6 +305,7 @@ func (s *Scenario) failHealth(ctx context.Context) error {
 	if err := s.waitTarget(ctx, n.Name, lbv1.TargetActive, activeTimeout); err != nil {
 		return err
 	}
+	s.back(n.Name)
 	s.step("%s healthy again", n.Name)
 	return nil
 }

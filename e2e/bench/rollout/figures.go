@@ -201,3 +201,15 @@ func summarizeQuorumLoss(trials []quorumLossTrial, renewDeadline time.Duration) 
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*10) / 10 }
+
+// missed names each fault whose goal was not met; the bench's exit status follows it.
+func (e faultsEntry) missed() []string {
+	var out []string
+	if e.HardKill != nil && !e.HardKill.GoalMet {
+		out = append(out, "hard_kill: "+e.HardKill.Goal)
+	}
+	if e.QuorumLoss != nil && !e.QuorumLoss.GoalMet {
+		out = append(out, "quorum_loss: "+e.QuorumLoss.Goal)
+	}
+	return out
+}

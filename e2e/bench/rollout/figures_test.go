@@ -148,3 +148,13 @@ func TestSummarizeQuorumLoss(t *testing.T) {
 		})
 	}
 }
+
+// The bench's exit status follows the fault goals: a missed one is named.
+func TestFaultsMissed(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(faultsEntry{}.missed()).To(BeEmpty(), "no fault ran: nothing missed")
+	e := faultsEntry{HardKill: &hardKillFigures{Goal: hardKillGoal, GoalMet: true}, QuorumLoss: &quorumLossFigures{Goal: quorumLossGoal}}
+	g.Expect(e.missed()).To(Equal([]string{"quorum_loss: " + quorumLossGoal}))
+	e.HardKill.GoalMet = false
+	g.Expect(e.missed()).To(HaveLen(2))
+}

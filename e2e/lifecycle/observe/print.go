@@ -20,6 +20,9 @@ func Print(w io.Writer, r Result) error {
 	row("hook held max", "%.1f s", r.HookHoldSecondsMax)
 	row("dual owner max", "%s (%d holder samples)", msOrNA(r.DualOwnerMSMax), r.HolderSamples)
 	row("no owner max", "%s", msOrNA(r.HolderLessMSMax))
+	if r.SpuriousClaims != nil {
+		row("spurious claims", "%d %v", len(r.SpuriousClaims), r.SpuriousClaims)
+	}
 	for _, k := range Kinds {
 		for _, e := range r.FirstErrors[k] {
 			row("error ("+string(k)+")", "%s", e)

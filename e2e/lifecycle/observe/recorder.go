@@ -55,6 +55,11 @@ const (
 	// EventReplacementStart / End: rolling replacement Round began / ended.
 	EventReplacementStart EventType = "replacement-start"
 	EventReplacementEnd   EventType = "replacement-end"
+	// EventLeaving: the scenario began taking Machine out of the load balancer (deleting it,
+	// annotating it disabled, failing its API server's health): a hand-over off it may follow.
+	// EventBack: it is a full member again.
+	EventLeaving EventType = "leaving"
+	EventBack    EventType = "back"
 )
 
 // Event is one timestamped thing that happened in the scenario.
@@ -217,6 +222,18 @@ func (r *Recorder) Step(text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.add(Event{Type: EventStep, Text: text})
+}
+
+// Leaving marks that the scenario began taking machine out of the load balancer.
+func (r *Recorder) Leaving(machine string) { r.member(EventLeaving, machine) }
+
+// Back marks that machine is a full member again.
+func (r *Recorder) Back(machine string) { r.member(EventBack, machine) }
+
+func (r *Recorder) member(t EventType, machine string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.add(Event{Type: t, Machine: machine})
 }
 
 // ReplacementStart marks the start of rolling replacement round (1, 2, ...).

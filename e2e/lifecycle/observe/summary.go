@@ -37,6 +37,11 @@ type Result struct {
 	ReplacementSecondsMax float64  `json:"replacement_seconds_max"`
 	HookHoldSecondsMax    float64  `json:"hook_hold_seconds_max"`
 
+	// SpuriousClaims are the nodes that began holding the VIP beside a holder that was not
+	// leaving (ARP: one holder at a time but for hand-overs), "+<s> <node> beside <holders>".
+	// Null where several holders are the normal state (BGP's ECMP set).
+	SpuriousClaims []string `json:"spurious_claims"`
+
 	// HolderLessMSMax is the longest run in which no node held the VIP,
 	// measured as DualOwnerMSMax. Null without holder samples.
 	HolderLessMSMax *float64 `json:"holder_less_ms_max"`
@@ -132,6 +137,7 @@ func Summarize(in Input) Result {
 		dual := ms(longestRun(hs, func(n int) bool { return n >= 2 }))
 		none := ms(longestRun(hs, func(n int) bool { return n == 0 }))
 		r.DualOwnerMSMax, r.HolderLessMSMax = &dual, &none
+		r.SpuriousClaims = append([]string{}, spuriousClaims(hs, in.Timeline.Events, from)...)
 	}
 
 	durs, unfinished := replacements(in.Timeline.Events)
