@@ -24,12 +24,10 @@ func (l *Lab) startClients(ctx context.Context) (*clients.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin.conf: %w", err)
 	}
-	// 15 s per request, where kubectl and the controllers set none (the API server's own limit
-	// is 60 s): an etcd membership change on the lab's two loaded cores — a learner joining, the
-	// leader removed — stalled a write for 5-6 s in three runs (the API server's log shows etcd's
-	// Txn past its deadline), which no load balancer can shorten. The VIP's own stalls are
-	// bounded by the prober's gap figure, which does not touch etcd.
-	cfg.Dial, cfg.Timeout = l.DialClient, 15*time.Second
+	// No rest.Config.Timeout: it would cut every watch too (the informer then relists every
+	// 15 s, and a relist hides a lost event). The writer bounds each request itself
+	// (clients.WriteTimeout) and a hung watch shows as a write the informer never delivered.
+	cfg.Dial = l.DialClient
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ type cutProxy struct {
 	target string
 	mu     sync.Mutex
 	cut    bool
+	frozen bool
 	conns  []net.Conn
 }
 
@@ -63,11 +64,35 @@ func (p *cutProxy) serve() {
 			p.mu.Lock()
 			p.conns = append(p.conns, u)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
-			_, _ = io.Copy(c, u)
+			go func() { _, _ = io.Copy(p.gate(u), c); _ = u.Close() }()
+			_, _ = io.Copy(p.gate(c), u)
 			_ = c.Close()
 		}()
 	}
+}
+
+// gate writes to w unless the proxy is frozen: then the bytes are swallowed and the connection
+// stays open, as a path that black-holes packets (no reset, no FIN) leaves it.
+func (p *cutProxy) gate(w io.Writer) io.Writer {
+	return writerFunc(func(b []byte) (int, error) {
+		p.mu.Lock()
+		frozen := p.frozen
+		p.mu.Unlock()
+		if frozen {
+			return len(b), nil
+		}
+		return w.Write(b)
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+func (p *cutProxy) setFrozen(frozen bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = frozen
 }
 
 func (p *cutProxy) setCut(cut bool) {
@@ -83,6 +108,12 @@ func (p *cutProxy) setCut(cut bool) {
 }
 
 func startAPI(t *testing.T) (*rest.Config, *cutProxy) {
+	cfg, p, _ := startAPIDirect(t)
+	return cfg, p
+}
+
+// startAPIDirect is startAPI that also returns a config that reaches the API server directly.
+func startAPIDirect(t *testing.T) (*rest.Config, *cutProxy, *rest.Config) {
 	t.Helper()
 	env, err := envtest.Start(envtest.Options{})
 	if err != nil {
@@ -98,7 +129,7 @@ func startAPI(t *testing.T) (*rest.Config, *cutProxy) {
 	cfg.Host = "https://" + p.ln.Addr().String()
 	cfg.TLSClientConfig.ServerName = u.Hostname() // the serving certificate's name, as through a VIP
 	cfg.Timeout = 5 * time.Second
-	return cfg, p
+	return cfg, p, rest.CopyConfig(env.Config)
 }
 
 func namespace(t *testing.T, cfg *rest.Config) string {
@@ -155,4 +186,34 @@ func TestOutageIsSeen(t *testing.T) {
 	g.Expect(res.StreamsReset).To(BeNumerically(">", 0))
 	g.Expect(res.LostEvents).To(BeZero(), "the informer resumes its watch: nothing that succeeded is lost")
 	g.Expect(res.StoreMatches).To(BeTrue())
+}
+
+// The positive control of the lost-event figure: the informer's connection is black-holed (no
+// reset, no FIN) while the writer's own succeeds, and with no client timeout to cut the watch
+// nothing relists it: every write from then on is counted lost, none hidden by a relist.
+func TestHungWatchLosesEvents(t *testing.T) {
+	g := NewWithT(t)
+	watchCfg, p, direct := startAPIDirect(t)
+	watchCfg.Timeout = 0 // as the lifecycle lab's clients: a timeout would end the watch
+	r, err := Start(context.Background(), Config{REST: direct, WatchREST: watchCfg, Namespace: namespace(t, direct)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() int { w, _ := r.w.snapshot(); return len(w) }, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 20))
+	p.setFrozen(true)
+	frozenAt := time.Now()
+	g.Eventually(func() int {
+		w, _ := r.w.snapshot()
+		n := 0
+		for _, x := range w {
+			if x.err == nil && x.at.After(frozenAt) {
+				n++
+			}
+		}
+		return n
+	}, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 20), "writes succeed on their own connection")
+	res := r.Stop(2 * time.Second)
+	t.Logf("%+v", res)
+	g.Expect(res.FailedWrites).To(BeZero())
+	g.Expect(res.LostEvents).To(BeNumerically(">=", 20), "every write since the freeze is lost to the informer")
+	g.Expect(res.Relists).To(BeZero(), "nothing relisted: the loss is not coalesced away")
+	g.Expect(res.StoreMatches).To(BeFalse())
 }

@@ -25,6 +25,9 @@ type Config struct {
 	Keys       int
 	// Identity names the leader-election candidate (default "caplb-client").
 	Identity string
+	// WatchREST, when set, is the informer's own config (its own connection); default REST.
+	// A test points it elsewhere to show what a watch that stops delivering looks like.
+	WatchREST *rest.Config
 }
 
 // Result is what the clients saw, with the JSON names the benchmarks report.
@@ -95,7 +98,13 @@ func Start(ctx context.Context, cfg Config) (*Run, error) {
 	}
 	ctx, r.cancel = context.WithCancel(ctx)
 	r.w = newWriter(cs, cfg.Namespace, cfg.Keys, cfg.WriteEvery)
-	r.inf = newInformer(cs, cfg.Namespace)
+	ics := kubernetes.Interface(cs)
+	if cfg.WatchREST != nil {
+		if ics, err = kubernetes.NewForConfig(cfg.WatchREST); err != nil {
+			return nil, fmt.Errorf("clients: the informer's config: %w", err)
+		}
+	}
+	r.inf = newInformer(ics, cfg.Namespace)
 	r.ld = &leader{cs: cs, namespace: cfg.Namespace, identity: cfg.Identity}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.inf.inf.Run(ctx.Done()) }()

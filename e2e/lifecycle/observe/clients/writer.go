@@ -91,8 +91,15 @@ func (w *writer) run(ctx context.Context) {
 	}
 }
 
+// WriteTimeout bounds each write, where kubectl and the controllers set none (the API server's
+// own limit is 60 s): an etcd membership change on the lab's two loaded cores — a learner
+// joining, the leader removed — stalled a write for 5-6 s in three runs (the API server's log
+// shows etcd's Txn past its deadline), which no load balancer can shorten. The VIP's own stalls
+// are bounded by the prober's gap figure, which does not touch etcd.
+const WriteTimeout = 15 * time.Second
+
 func (w *writer) put(ctx context.Context, key string, seq int) error {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, WriteTimeout)
 	defer cancel()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: key},
 		Data: map[string]string{seqKey: strconv.Itoa(seq)}}
