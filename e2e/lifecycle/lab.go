@@ -214,6 +214,25 @@ func (l *Lab) LogTail(lines int) string {
 	return out
 }
 
+// SaveLogs copies every machine's and agent's log into dir (created if missing), for a run
+// whose timeline needs explaining.
+func (l *Lab) SaveLogs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	matches, _ := filepath.Glob(filepath.Join(l.net.Dir(), "*.log"))
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(m)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func tail(s string, n int) string {
 	count := 0
 	for i := len(s) - 1; i >= 0; i-- {

@@ -50,6 +50,11 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 	l, err := Start(ctx, Options{Backend: backend, Binaries: bins, Name: name, APIServer: api})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() {
+		if dir := os.Getenv("CAPLB_LIFECYCLE_LOG_DIR"); dir != "" {
+			if err := l.SaveLogs(filepath.Join(dir, name)); err != nil {
+				t.Logf("saving the lab's logs: %v", err)
+			}
+		}
 		if t.Failed() {
 			t.Log(l.LogTail(40))
 			// Last, so that a report showing only the output's tail still names what failed.
