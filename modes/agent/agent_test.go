@@ -33,6 +33,8 @@ type fakeML struct {
 	outside   []election.MemberView
 	pulled    []string
 	roster    election.Roster
+	// lastHolder is View.LastHolder.
+	lastHolder string
 }
 
 func (f *fakeML) View() election.View {
@@ -58,7 +60,7 @@ func (f *fakeML) View() election.View {
 	}
 	ms = append(ms, others[f.selfIdx:]...)
 	return election.View{Self: "self", Members: ms, Others: agree(f.outside), Version: f.version,
-		Digest: f.self.ConfigDigest, Member: !f.nonMember}
+		Digest: f.self.ConfigDigest, Member: !f.nonMember, LastHolder: f.lastHolder}
 }
 func (f *fakeML) Roster() election.Roster {
 	f.mu.Lock()

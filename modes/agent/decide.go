@@ -92,6 +92,9 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		if wait := time.Duration(aliveAhead(v, self)) * claimStagger(r.cfg); now.Sub(st.claimSince) < wait {
 			return false, fmt.Sprintf("claim staggered %v behind members preferred over this one", wait), needNothing
 		}
+		if h := r.starvedHolder(v, in.answers, now); h != "" {
+			return false, fmt.Sprintf(starvedWithheld, "claim", h), needNothing
+		}
 		return r.confirmClaim(st, in, "claim", d.Reason)
 	case eligible:
 		if st.holding {
@@ -102,6 +105,9 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		if !settled {
 			return false, "fail-open: quorum regained; settling before claiming", needNothing
 		}
+		if h := r.starvedHolder(v, in.answers, now); h != "" {
+			return false, fmt.Sprintf(starvedWithheld, "fail-open claim", h), needNothing
+		}
 		return r.confirmClaim(st, in, "fail-open claim",
 			"fail-open: nobody holds the VIP and no member is eligible; this node, the most preferred, claims it")
 	case !st.holding:
@@ -109,6 +115,9 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 	}
 	return r.handOver(st, in, v)
 }
+
+// starvedWithheld is the reason of a claim withheld from a starved holder.
+const starvedWithheld = "%s withheld: %s, which holds the VIP, answers no ping but its kernel still completes handshakes (starved of CPU, not gone)"
 
 // confirmClaim is the last step of every claim: a majority must answer
 // direct pings now (not only gossip), at most one round per probe interval.

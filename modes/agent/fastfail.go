@@ -15,9 +15,9 @@ type answerRecorder interface {
 var _ answerRecorder = (*election.Membership)(nil)
 
 // silentHolder returns the other member that gossip shows holding the VIPs
-// and that is silent to our direct pings (election.Answers.Silent: no
-// answer for two probe intervals, and one answer after that does not end
-// the silence), "" if none. Like memberlist's Lifeguard awareness, a member
+// and that is gone (election.Answers.Gone: silent to our direct pings for
+// two probe intervals, one answer after that not ending the silence, and
+// its gossip listener no longer completing TCP handshakes), "" if none. Like memberlist's Lifeguard awareness, a member
 // reports silence only while every other alive member answers it: if they
 // are silent too, the likely culprit is this member (starved of CPU, or its
 // own link), and gossip's slower verdict decides.
@@ -34,8 +34,12 @@ func (r rules) silentHolder(v election.View, answers map[string]election.Answers
 		ans := answers[m.Name]
 		quiet := ans.Silent(now, probe)
 		switch {
-		case m.Meta.Holding && quiet && silent == "":
+		case m.Meta.Holding && ans.Gone(now, probe) && silent == "":
+			// Silent to pings is not enough: a holder starved of CPU (a
+			// member booting beside it) still completes handshakes, and
+			// a claim beside it would flip the neighbours' caches twice.
 			silent = m.Name
+		case m.Meta.Holding:
 		case !m.Meta.Holding && (!ans.Heard() || quiet):
 			return "" // we are not hearing the others either
 		}
@@ -80,4 +84,27 @@ func (r rules) dropSilentHolders(v election.View, silent, logged string, out *ou
 		out.note("holder silent to a majority: treated as failed", "member", silent, "observers", observers)
 	}
 	return v, silent
+}
+
+// starvedHolder returns the member that last held the VIPs when gossip no
+// longer shows it alive (memberlist declared it dead, or a majority reported
+// it silent) but its kernel still completes handshakes with its gossip
+// listener: its agent is starved of CPU, not gone, and the VIPs are still on
+// its interface. "" when there is none, or when nothing was ever heard from
+// it (nothing to go by). After election.FrozenAfter without an answer to a
+// ping it counts as gone all the same.
+func (r rules) starvedHolder(v election.View, answers map[string]election.Answers, now time.Time) string {
+	h := v.LastHolder
+	if h == "" || h == r.cfg.NodeName || answers == nil {
+		return ""
+	}
+	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
+		if m.Name == h && m.Alive {
+			return "" // alive in the view: Decide weighs it
+		}
+	}
+	if ans := answers[h]; ans.Heard() && !ans.Unreachable(now, r.cfg.Election.ProbeInterval.Duration) {
+		return h
+	}
+	return ""
 }

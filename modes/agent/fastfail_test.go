@@ -11,18 +11,19 @@ import (
 )
 
 // answerML adds direct-ping answer times to fakeML: at holds each member's
-// latest answer, resumed the first after a silence.
+// latest answer, resumed the first after a silence, unanswered its latest
+// failed handshake and listening its latest completed one.
 type answerML struct {
 	*fakeML
-	mu      sync.Mutex
-	at      map[string]time.Time
-	resumed map[string]time.Time
+	mu                    sync.Mutex
+	at, resumed           map[string]time.Time
+	unanswered, listening map[string]time.Time
 }
 
 func (f *answerML) Answers(name string) election.Answers {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return election.Answers{Last: f.at[name], Resumed: f.resumed[name]}
+	return election.Answers{Last: f.at[name], Resumed: f.resumed[name], Unanswered: f.unanswered[name], Listening: f.listening[name]}
 }
 
 // newAnswerAgent is newTestAgent (members b, self, c) with direct-ping
@@ -31,7 +32,8 @@ func newAnswerAgent(t *testing.T) (*Agent, *fakeML, *answerML) {
 	t.Helper()
 	var am *answerML
 	a, ml, _, _ := newTestAgent(t, 1, func(s *testSetup) {
-		am = &answerML{fakeML: s.ml, at: map[string]time.Time{}, resumed: map[string]time.Time{}}
+		am = &answerML{fakeML: s.ml, at: map[string]time.Time{}, resumed: map[string]time.Time{},
+			unanswered: map[string]time.Time{}, listening: map[string]time.Time{}}
 		s.parts.ml = am
 	})
 	ml.set(0, true, election.Meta{Eligible: true, Holding: true})
@@ -47,6 +49,7 @@ func TestSilentHolder(t *testing.T) {
 	a, ml, am := newAnswerAgent(t) // members: b, self, c
 	t0 := time.Now()
 	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
+	am.unanswered["b"] = t0.Add(200 * time.Millisecond) // its listener is gone too
 	step(a, t0)
 	step(a, t0.Add(600*time.Millisecond)) // settled; b last answered 600 ms ago, c 50 ms ago
 	g.Expect(ml.self.Silent).To(Equal("b"), "no answer from the holder for 600 ms")
@@ -84,6 +87,7 @@ func TestSilentHolderFlap(t *testing.T) {
 	a, ml, am := newAnswerAgent(t) // members: b, self, c
 	t0 := time.Now()
 	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
+	am.unanswered["b"] = t0.Add(300 * time.Millisecond) // the link is down: no handshake either
 	step(a, t0)
 	step(a, t0.Add(500*time.Millisecond)) // settled, b silent for 500 ms
 	g.Expect(ml.self.Silent).To(Equal("b"))
@@ -133,4 +137,50 @@ func TestLinkDownReleases(t *testing.T) {
 	g.Expect(a.st.holding).To(BeFalse())
 	step(a, t2.Add(linkHoldDown))
 	g.Expect(ml.self.Eligible).To(BeTrue())
+}
+
+// TestStarvedHolderKept: a holder that answers no ping while its kernel
+// still completes handshakes with its gossip listener is starved of CPU (a
+// member booting beside it on the same cores), not gone: nobody reports it
+// silent and nobody claims, even with a majority's reports or memberlist's
+// verdict against it, until it has answered no ping for FrozenAfter.
+func TestStarvedHolderKept(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, am := newAnswerAgent(t) // members: b (holding), self, c
+	t0 := time.Now()
+	am.at["b"], am.at["c"] = t0, t0.Add(550*time.Millisecond)
+	am.unanswered["b"] = t0.Add(200 * time.Millisecond)
+	am.listening["b"] = t0.Add(450 * time.Millisecond) // the latest handshake completed
+	ml.set(1, true, election.Meta{Eligible: true, Silent: "b"})
+	step(a, t0)
+	step(a, t0.Add(600*time.Millisecond))
+	g.Expect(ml.self.Silent).To(BeEmpty(), "silent to pings, but its kernel answers: not reported")
+	g.Expect(a.st.holding).To(BeFalse(), "no claim beside a starved holder")
+
+	// Memberlist declares it dead: gossip no longer shows it, only as the last holder.
+	ml.set(0, false, election.Meta{})
+	ml.lastHolder = "b"
+	step(a, t0.Add(700*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "gossip's verdict alone does not take the VIP from a holder whose kernel answers")
+	g.Expect(a.st.waitingReason).To(ContainSubstring("starved of CPU, not gone"))
+
+	// Its listener is gone now (the process died): claim.
+	am.unanswered["b"] = t0.Add(750 * time.Millisecond)
+	step(a, t0.Add(800*time.Millisecond))
+	g.Expect(a.st.holding).To(BeTrue(), "a failed handshake after the last completed one: gone")
+
+	// A frozen process (its kernel still answers) loses the VIP after FrozenAfter.
+	a2, ml2, am2 := newAnswerAgent(t)
+	ml2.set(0, false, election.Meta{})
+	ml2.lastHolder = "b"
+	now := time.Now()
+	am2.at["c"] = now
+	am2.listening["b"] = now
+	am2.at["b"] = now.Add(-election.FrozenAfter(100*time.Millisecond) / 2)
+	step(a2, now.Add(-600*time.Millisecond))
+	step(a2, now)
+	g.Expect(a2.st.holding).To(BeFalse(), "not answering pings for a while yet")
+	am2.at["b"] = now.Add(-election.FrozenAfter(100 * time.Millisecond))
+	step(a2, now.Add(10*time.Millisecond))
+	g.Expect(a2.st.holding).To(BeTrue(), "no ping answered for FrozenAfter: taken over")
 }

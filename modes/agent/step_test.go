@@ -390,8 +390,9 @@ func TestStepFailOpenClaim(t *testing.T) {
 // TestStepSilentHolder: a holder silent to a majority of direct pings is
 // treated as failed; silent to us alone, it is only reported.
 func TestStepSilentHolder(t *testing.T) {
+	// b's latest handshake failed too, after its last answer: gone, not starved.
 	answers := func(b, c time.Time) map[string]election.Answers {
-		return map[string]election.Answers{"b": {Last: b}, "c": {Last: c}}
+		return map[string]election.Answers{"b": {Last: b, Unanswered: b.Add(time.Millisecond)}, "c": {Last: c}}
 	}
 	long := t0.Add(-time.Second)
 	runStepCases(t, []stepCase{
@@ -412,6 +413,41 @@ func TestStepSilentHolder(t *testing.T) {
 				// b may only be starved: its flows go back to it, not to our RST.
 				g.Expect(st.redirectFrom).To(Equal(netip.MustParseAddr("192.0.2.2")))
 			}},
+		{name: "silent to a majority's pings but its kernel completes handshakes (starved): not reported, no claim",
+			st: settled(), in: with(confirmed(moment(t0, peer("b", true, holdingPeer), self, peer("c", true, election.Meta{Eligible: true, Silent: "b"}))),
+				func(in *inputs) {
+					in.answers = map[string]election.Answers{"b": {Last: long, Unanswered: long.Add(time.Millisecond), Listening: long.Add(2 * time.Millisecond)}, "c": {Last: t0}}
+				}),
+			check: func(g Gomega, st loopState, out output) {
+				g.Expect(st.silent).To(BeEmpty())
+				g.Expect(out.decision.Owner).To(Equal("b"))
+			}},
+		{name: "gossip declared the last holder dead, its kernel completes handshakes: claim withheld",
+			st: settled(), in: with(confirmed(moment(t0, peer("b", false, downPeer), self, peer("c", true, eligiblePeer))),
+				func(in *inputs) {
+					in.view.LastHolder = "b"
+					in.answers = map[string]election.Answers{"b": {Last: t0.Add(-300 * time.Millisecond), Listening: t0.Add(-50 * time.Millisecond)}, "c": {Last: t0}}
+				}),
+			reason: "starved of CPU, not gone"},
+		{name: "gossip declared the last holder dead and its listener refused a handshake: claim",
+			st: settled(), in: with(confirmed(moment(t0, peer("b", false, downPeer), self, peer("c", true, eligiblePeer))),
+				func(in *inputs) {
+					in.view.LastHolder = "b"
+					in.answers = map[string]election.Answers{"b": {Last: t0.Add(-300 * time.Millisecond), Listening: t0.Add(-400 * time.Millisecond),
+						Unanswered: t0.Add(-50 * time.Millisecond)}, "c": {Last: t0}}
+				}),
+			holding: true},
+		{name: "the last holder never heard from (a fresh agent): nothing to go by, claim",
+			st: settled(), in: with(confirmed(moment(t0, peer("b", false, downPeer), self, peer("c", true, eligiblePeer))),
+				func(in *inputs) { in.view.LastHolder = "b"; in.answers = map[string]election.Answers{"c": {Last: t0}} }),
+			holding: true},
+		{name: "fail-open: the last holder is starved, not gone: no fail-open claim",
+			st: settled(), in: with(confirmed(with(moment(t0, self, peer("b", false, downPeer), peer("c", true, downPeer)), func(in *inputs) { in.healthy = false })),
+				func(in *inputs) {
+					in.view.LastHolder = "b"
+					in.answers = map[string]election.Answers{"b": {Last: t0.Add(-300 * time.Millisecond), Listening: t0.Add(-50 * time.Millisecond)}, "c": {Last: t0}}
+				}),
+			reason: "fail-open claim withheld"},
 		{name: "holding with a redirect to a holder that still holds: kept",
 			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: moment(t0, peer("b", true, election.Meta{Holding: true, Quiescing: true}), self, peer("c", true, eligiblePeer)),
 			holding: true, handOver: netip.MustParseAddr("192.0.2.2"),

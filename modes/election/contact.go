@@ -1,8 +1,12 @@
 package election
 
 import (
+	"net"
+	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // SilentAfter is how long a member may go without answering this member's
@@ -20,6 +24,46 @@ type Answers struct {
 	// SilentAfter), zero if the member has had no such silence since its
 	// first answer.
 	Resumed time.Time
+	// Listening is the latest TCP handshake its gossip listener completed,
+	// and Unanswered the latest one it refused or let time out. The pings
+	// need the member's process to run; a handshake needs only its kernel
+	// and a live listening socket. So a member whose pings go unanswered
+	// while its handshakes complete is alive and starved of CPU (a new
+	// member booting beside it on the same cores), not gone: the handshake
+	// is tried only after a round of pings went unanswered.
+	Listening, Unanswered time.Time
+}
+
+// FrozenAfter is how long a member whose kernel still completes handshakes
+// may go without answering pings before it counts as gone all the same: a
+// process stopped for that long (SIGSTOP, a deadlock) cannot hand over or
+// notice its API server failing, so its VIP is taken from it.
+func FrozenAfter(probeInterval time.Duration) time.Duration { return 30 * probeInterval }
+
+// Unreachable reports whether the member is gone as far as its kernel
+// tells: the latest handshake with its gossip listener failed (it was
+// refused or timed out: the member died, its machine went, or the path to
+// it did), after its last answer to a ping or with that answer only a
+// moment's (one answer does not end a silence, see Silent); or it has
+// answered no ping for FrozenAfter. A member that answers pings, or only
+// handshakes (starved of CPU), is not. Never heard: not unreachable.
+func (a Answers) Unreachable(now time.Time, probeInterval time.Duration) bool {
+	if !a.Heard() {
+		return false
+	}
+	if now.Sub(a.Last) >= FrozenAfter(probeInterval) {
+		return true
+	}
+	if a.Unanswered.IsZero() || !a.Unanswered.After(a.Listening) {
+		return false
+	}
+	return a.Unanswered.After(a.Last) || (!a.Resumed.IsZero() && a.Last.Sub(a.Resumed) < probeInterval/2)
+}
+
+// Gone: silent to pings (Silent) and unreachable to its kernel
+// (Unreachable); only then may another member take the VIP it holds.
+func (a Answers) Gone(now time.Time, probeInterval time.Duration) bool {
+	return a.Silent(now, probeInterval) && a.Unreachable(now, probeInterval)
 }
 
 // Heard: the member has answered at least once.
@@ -69,6 +113,23 @@ func (b *answerBook) record(name string, now time.Time, probeInterval time.Durat
 	b.by[name] = b.by[name].record(now, probeInterval)
 }
 
+// handshake records the outcome of a TCP handshake with the member's gossip
+// listener at now.
+func (b *answerBook) handshake(name string, now time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.by == nil {
+		b.by = map[string]Answers{}
+	}
+	a := b.by[name]
+	if ok {
+		a.Listening = now
+	} else {
+		a.Unanswered = now
+	}
+	b.by[name] = a
+}
+
 func (b *answerBook) get(name string) Answers {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -78,3 +139,115 @@ func (b *answerBook) get(name string) Answers {
 // Answers returns the member's record of answers to this member's direct
 // pings (the background loop pings every member every ProbeInterval).
 func (m *Membership) Answers(name string) Answers { return m.answers.get(name) }
+
+// ConfirmQuorum pings every other configured member directly, in parallel,
+// at its configured address, and reports how many members (this one
+// included) answered and how many make a majority. It returns as soon as a
+// majority answered. Gossip's view is not consulted: a direct answer is the
+// ground truth that both a claim and a hold rest on. Failure detection is
+// asynchronous, so a member cut off from everybody first sees one peer die
+// and, for a few hundred milliseconds, still believes the other one is there;
+// and on a healed partition, stale death notices make live members look dead
+// for a moment.
+func (m *Membership) ConfirmQuorum() (reached, needed int) {
+	m.mu.Lock()
+	r, joining := m.roster, m.joining
+	m.mu.Unlock()
+	needed = Majority(len(r.Members))
+	// Holding needs a majority of the members without the one the latest
+	// version added and nobody has seen yet (a machine still booting);
+	// a claim needs a majority of all (see Decide).
+	holdNeeded := needed
+	if joining != "" {
+		holdNeeded = Majority(len(r.Members) - 1)
+	}
+	if r.Has(m.cfg.Self) {
+		reached = 1
+	}
+	// A non-member (a removed owner handing over) needs a majority of the
+	// roster it left, without itself: its hold rests on that.
+	if len(r.Members) == 0 {
+		return 0, 1
+	}
+	if reached >= needed {
+		m.markConfirmed()
+		return reached, needed
+	}
+	if reached >= holdNeeded {
+		m.markConfirmed()
+	}
+	answers := make(chan bool, len(r.Members))
+	asked := 0
+	for _, c := range r.Members {
+		if c.Name == m.cfg.Self {
+			continue
+		}
+		asked++
+		addr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(c.Address, uint16(m.cfg.Port)))
+		go func(name string, at netip.AddrPort) {
+			// Three tries: one lost UDP packet must not veto a claim.
+			for i := 0; i < 3; i++ {
+				if _, err := m.ml.Ping(name, addr); err == nil {
+					m.answers.record(name, time.Now(), m.cfg.ProbeInterval)
+					answers <- true
+					return
+				}
+			}
+			// No answer: its process may only be starved (pings need it, a
+			// handshake needs only its kernel), or it is gone (see Answers).
+			ok := m.handshake(at)
+			m.answers.handshake(name, time.Now(), ok)
+			answers <- ok
+		}(c.Name, netip.AddrPortFrom(c.Address, uint16(m.cfg.Port)))
+	}
+	for i := 0; i < asked && reached < needed; i++ {
+		if <-answers {
+			reached++
+			if reached == holdNeeded {
+				m.markConfirmed()
+			}
+		}
+	}
+	if reached >= needed {
+		m.markConfirmed()
+	}
+	return reached, needed
+}
+
+// handshake reports whether the gossip listener at addr completes a TCP
+// handshake within twice the probe interval (three probe timeouts if
+// longer). The stream carries the label header and then ends, which the
+// peer's memberlist reads as a clean end of stream: nothing is logged.
+func (m *Membership) handshake(addr netip.AddrPort) bool {
+	d := net.Dialer{Timeout: max(2*m.cfg.ProbeInterval, 3*m.cfg.ProbeTimeout)}
+	c, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	if m.cfg.Label != "" {
+		_ = memberlist.AddLabelHeaderToStream(c, m.cfg.Label)
+	}
+	return true
+}
+
+func (m *Membership) markConfirmed() {
+	// +1 keeps a confirmation in the first nanosecond distinct from never.
+	m.confirmedAt.Store(int64(time.Since(m.base)) + 1)
+}
+
+// ConfirmedAt is when a majority (this member included) last answered direct
+// pings, zero if never. A background loop pings every ProbeInterval, so an
+// owner can tell that it has lost touch with the group even while gossip
+// still lists the others: on a link too slow for the probe timeout, suspicion
+// is refuted and the rejoin loop reconnects over TCP, so the dead-or-alive
+// view can flap for as long as the fault lasts.
+func (m *Membership) ConfirmedAt() time.Time {
+	off := m.confirmedAt.Load()
+	if off == 0 {
+		return time.Time{}
+	}
+	// base carries a monotonic reading and Add keeps it, so Sub against
+	// time.Now() measures elapsed time, not the wall clock.
+	return m.base.Add(time.Duration(off - 1))
+}

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -42,4 +44,54 @@ func TestAnswersSilent(t *testing.T) {
 			NewWithT(t).Expect(tc.answers.Silent(at(tc.now), probe)).To(Equal(tc.silent))
 		})
 	}
+}
+
+// TestAnswersUnreachable: a member is unreachable when its latest handshake
+// failed after its last answer (or its answers only just resumed), or when
+// it has answered nothing for FrozenAfter; a starved member, whose kernel
+// completes handshakes while its process answers no ping, is not.
+func TestAnswersUnreachable(t *testing.T) {
+	const probe = 100 * time.Millisecond
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name        string
+		answers     Answers
+		now         int
+		unreachable bool
+		gone        bool
+	}{
+		{"never heard", Answers{Unanswered: at(100)}, 1000, false, false},
+		{"answering pings", Answers{Last: at(300)}, 350, false, false},
+		{"silent, no handshake tried yet", Answers{Last: at(0)}, 300, false, false},
+		{"silent, the handshake failed: gone", Answers{Last: at(0), Unanswered: at(200)}, 300, true, true},
+		{"silent, the handshake completed: starved", Answers{Last: at(0), Unanswered: at(100), Listening: at(200)}, 300, false, false},
+		{"silent, handshakes completed, then one failed: gone", Answers{Last: at(0), Listening: at(100), Unanswered: at(200)}, 300, true, true},
+		{"a handshake failed before the last answer", Answers{Last: at(200), Unanswered: at(100)}, 250, false, false},
+		{"one answer after a failed handshake does not end it (a flap)", Answers{Last: at(350), Resumed: at(350), Unanswered: at(200)}, 360, true, true},
+		{"answers resumed for two rounds", Answers{Last: at(450), Resumed: at(350), Unanswered: at(200)}, 460, false, false},
+		{"starved, but frozen for FrozenAfter: gone", Answers{Last: at(0), Listening: at(2900)}, 3000, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(tc.answers.Unreachable(at(tc.now), probe)).To(Equal(tc.unreachable), "unreachable")
+			g.Expect(tc.answers.Gone(at(tc.now), probe)).To(Equal(tc.gone), "gone")
+		})
+	}
+}
+
+// TestHandshakeNeedsOnlyTheKernel: the premise of Answers.Listening. A
+// listening socket whose process never accepts (a starved agent) completes
+// handshakes; a port nobody listens on (the agent died) refuses them.
+func TestHandshakeNeedsOnlyTheKernel(t *testing.T) {
+	g := NewWithT(t)
+	m := &Membership{cfg: Config{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond, Label: "lb"}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	addr := netip.MustParseAddrPort(ln.Addr().String())
+	for range 3 {
+		g.Expect(m.handshake(addr)).To(BeTrue(), "completed by the kernel, never accepted")
+	}
+	g.Expect(ln.Close()).To(Succeed())
+	g.Expect(m.handshake(addr)).To(BeFalse(), "refused once the listener is gone")
 }

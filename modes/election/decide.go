@@ -85,6 +85,10 @@ type View struct {
 	Digest  string
 	// Member: Self is in Members.
 	Member bool
+	// LastHolder is the other member whose gossip last said it holds the
+	// VIP, also after gossip declared it dead: a claim against a holder that
+	// may only be starved of CPU checks it is gone first (Answers.Gone).
+	LastHolder string
 }
 
 // Decision is the outcome of Decide for one view.

@@ -98,6 +98,10 @@ type Membership struct {
 	// copied: the *memberlist.Node values memberlist hands out are
 	// mutated under its own lock, so reading them later would race.
 	peers map[string]peer
+	// lastHolder is the other member whose gossip last said it holds the
+	// VIP, kept when it dies (View.LastHolder); "" once it said it does not,
+	// or this member holds.
+	lastHolder string
 
 	// base is a monotonic reference taken at Start; confirmedAt is the
 	// offset from it (nanoseconds, 0 = never) at which a majority last
@@ -207,6 +211,9 @@ func (m *Membership) SetMeta(meta Meta) {
 	}
 	same := m.meta == meta
 	m.meta = meta
+	if meta.Holding {
+		m.lastHolder = ""
+	}
 	m.mu.Unlock()
 	if same {
 		return
@@ -228,8 +235,10 @@ func (m *Membership) View() View {
 	selfMeta := m.meta
 	r := m.roster
 	joining := m.joining
+	lastHolder := m.lastHolder
 	m.mu.Unlock()
-	v := View{Self: m.cfg.Self, Version: r.Version, Digest: selfMeta.ConfigDigest, Members: make([]MemberView, 0, len(r.Members))}
+	v := View{Self: m.cfg.Self, Version: r.Version, Digest: selfMeta.ConfigDigest, Members: make([]MemberView, 0, len(r.Members)),
+		LastHolder: lastHolder}
 	in := map[string]bool{}
 	for _, c := range r.Members {
 		in[c.Name] = true
@@ -271,99 +280,17 @@ func (e *events) record(n *memberlist.Node, alive bool) {
 		delete(e.peers, n.Name)
 		return
 	}
+	var meta Meta
+	if n.Name != e.cfg.Self && json.Unmarshal(n.Meta, &meta) == nil {
+		switch {
+		case meta.Holding:
+			e.lastHolder = n.Name
+		case e.lastHolder == n.Name:
+			e.lastHolder = ""
+		}
+	}
 	a, _ := netip.AddrFromSlice(n.Addr)
 	e.peers[n.Name] = peer{addr: a.Unmap(), port: n.Port, meta: append([]byte(nil), n.Meta...)}
-}
-
-// ConfirmQuorum pings every other configured member directly, in parallel,
-// at its configured address, and reports how many members (this one
-// included) answered and how many make a majority. It returns as soon as a
-// majority answered. Gossip's view is not consulted: a direct answer is the
-// ground truth that both a claim and a hold rest on. Failure detection is
-// asynchronous, so a member cut off from everybody first sees one peer die
-// and, for a few hundred milliseconds, still believes the other one is there;
-// and on a healed partition, stale death notices make live members look dead
-// for a moment.
-func (m *Membership) ConfirmQuorum() (reached, needed int) {
-	m.mu.Lock()
-	r, joining := m.roster, m.joining
-	m.mu.Unlock()
-	needed = Majority(len(r.Members))
-	// Holding needs a majority of the members without the one the latest
-	// version added and nobody has seen yet (a machine still booting);
-	// a claim needs a majority of all (see Decide).
-	holdNeeded := needed
-	if joining != "" {
-		holdNeeded = Majority(len(r.Members) - 1)
-	}
-	if r.Has(m.cfg.Self) {
-		reached = 1
-	}
-	// A non-member (a removed owner handing over) needs a majority of the
-	// roster it left, without itself: its hold rests on that.
-	if len(r.Members) == 0 {
-		return 0, 1
-	}
-	if reached >= needed {
-		m.markConfirmed()
-		return reached, needed
-	}
-	if reached >= holdNeeded {
-		m.markConfirmed()
-	}
-	answers := make(chan bool, len(r.Members))
-	asked := 0
-	for _, c := range r.Members {
-		if c.Name == m.cfg.Self {
-			continue
-		}
-		asked++
-		addr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(c.Address, uint16(m.cfg.Port)))
-		go func(name string) {
-			// Three tries: one lost UDP packet must not veto a claim.
-			for i := 0; i < 3; i++ {
-				if _, err := m.ml.Ping(name, addr); err == nil {
-					m.answers.record(name, time.Now(), m.cfg.ProbeInterval)
-					answers <- true
-					return
-				}
-			}
-			answers <- false
-		}(c.Name)
-	}
-	for i := 0; i < asked && reached < needed; i++ {
-		if <-answers {
-			reached++
-			if reached == holdNeeded {
-				m.markConfirmed()
-			}
-		}
-	}
-	if reached >= needed {
-		m.markConfirmed()
-	}
-	return reached, needed
-}
-
-func (m *Membership) markConfirmed() {
-	// +1 keeps a confirmation in the first nanosecond distinct from never.
-	m.confirmedAt.Store(int64(time.Since(m.base)) + 1)
-}
-
-// ConfirmedAt is when a majority (this member included) last answered direct
-// pings, zero if never. A background loop pings every ProbeInterval, so an
-// owner can tell that it has lost touch with the group even while gossip
-// still lists the others: on a link too slow for the probe timeout, suspicion
-// is refuted and the rejoin loop reconnects over TCP, so the dead-or-alive
-// view can flap for as long as the fault lasts.
-func (m *Membership) ConfirmedAt() time.Time {
-	off := m.confirmedAt.Load()
-	if off == 0 {
-		return time.Time{}
-	}
-	// base carries a monotonic reading and Add keeps it, so Sub against
-	// time.Now() measures elapsed time, not the wall clock.
-	return m.base.Add(time.Duration(off - 1))
 }
 
 // Leave tells the others that this member is going (they drop it at once

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
 )
 
@@ -113,4 +116,63 @@ func TestSingleMemberIsAlwaysInContact(t *testing.T) {
 	reached, needed := m.ConfirmQuorum()
 	g.Expect([]int{reached, needed}).To(Equal([]int{1, 1}))
 	g.Expect(m.ConfirmedAt()).NotTo(BeZero())
+}
+
+// TestLastHolderOutlivesDeath: View.LastHolder names the member whose gossip
+// said it holds, and still does once memberlist declares it dead, so that a
+// claim can check first whether it is gone or only starved.
+func TestLastHolderOutlivesDeath(t *testing.T) {
+	g := NewWithT(t)
+	ms := startTrio(t)
+	g.Eventually(func() int { return aliveIn(ms[1].View()) }, 10*time.Second, 20*time.Millisecond).Should(Equal(3))
+	ms[0].SetMeta(Meta{Eligible: true, Holding: true})
+	g.Eventually(func() string { return ms[1].View().LastHolder }, 5*time.Second, 20*time.Millisecond).Should(Equal("m1"))
+	g.Expect(ms[0].View().LastHolder).To(BeEmpty(), "never itself")
+	g.Expect(ms[0].Close()).To(Succeed())
+	g.Eventually(func() int { return aliveIn(ms[1].View()) }, 10*time.Second, 20*time.Millisecond).Should(Equal(2))
+	g.Expect(ms[1].View().LastHolder).To(Equal("m1"), "kept after its death")
+	ms[2].SetMeta(Meta{Eligible: true, Holding: true})
+	g.Eventually(func() string { return ms[1].View().LastHolder }, 5*time.Second, 20*time.Millisecond).Should(Equal("m3"))
+	ms[2].SetMeta(Meta{Eligible: true})
+	g.Eventually(func() string { return ms[1].View().LastHolder }, 5*time.Second, 20*time.Millisecond).Should(BeEmpty(), "it let go")
+}
+
+// TestHandshakeIsQuietToMemberlist: the handshake that tells a starved member
+// from a gone one is a clean stream to memberlist (its label, then the end),
+// which it logs no error for.
+func TestHandshakeIsQuietToMemberlist(t *testing.T) {
+	g := NewWithT(t)
+	port := freePortN(t, 1)
+	var mu sync.Mutex
+	var errs []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "[ERR]") || strings.Contains(args, "[WARN]") {
+			mu.Lock()
+			errs = append(errs, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	self := Member{Name: "m1", Address: netip.MustParseAddr("127.0.0.1")}
+	m, err := Start(Config{Self: "m1", Members: []Member{self}, Port: port, Label: "lb",
+		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond, SuspicionMult: 2,
+		GossipInterval: 20 * time.Millisecond, RejoinInterval: time.Second, Keys: [][]byte{make([]byte, 16)}}, Meta{}, logger)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer m.Close()
+	prober := &Membership{cfg: Config{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond, Label: "lb"}}
+	for range 5 {
+		g.Expect(prober.handshake(netip.AddrPortFrom(self.Address, uint16(port)))).To(BeTrue())
+	}
+	g.Consistently(func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), errs...) }, 500*time.Millisecond, 50*time.Millisecond).
+		Should(BeEmpty())
+}
+
+// aliveIn counts the members v shows alive.
+func aliveIn(v View) int {
+	n := 0
+	for _, m := range v.Members {
+		if m.Alive {
+			n++
+		}
+	}
+	return n
 }
