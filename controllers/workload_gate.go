@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -48,6 +50,17 @@ type workloadGate struct {
 	log   logr.Logger
 	// queue is the ClusterCache controller's work queue, once the controller has built it.
 	queue atomic.Pointer[priorityqueue.PriorityQueue[reconcile.Request]]
+	// verdicts keeps checkKubeconfig's answer per Secret (client.ObjectKey → kubeconfigVerdict):
+	// the filter runs at every health probe of a connected Cluster (10 s), and decoding a
+	// kubeconfig costs a fraction of a millisecond.
+	verdicts sync.Map
+}
+
+// kubeconfigVerdict is checkKubeconfig's answer for one version of a Secret.
+type kubeconfigVerdict struct {
+	uid             types.UID
+	resourceVersion string
+	err             error
 }
 
 // filterTimeout bounds the filter's cache reads (the filter has no context of its own).
@@ -105,11 +118,19 @@ func (g *workloadGate) refusal(ctx context.Context, cluster client.ObjectKey) er
 	key := client.ObjectKey{Namespace: cluster.Namespace, Name: secret.Name(cluster.Name, secret.Kubeconfig)}
 	if err := g.cache.Get(ctx, key, s); err != nil {
 		if apierrors.IsNotFound(err) {
+			g.verdicts.Delete(key)
 			return nil
 		}
 		return fmt.Errorf("reading Secret %s: %w", key, err)
 	}
-	return checkKubeconfig(s.Data[secret.KubeconfigDataName])
+	if v, ok := g.verdicts.Load(key); ok {
+		if v := v.(kubeconfigVerdict); v.uid == s.UID && v.resourceVersion == s.ResourceVersion {
+			return v.err
+		}
+	}
+	err := checkKubeconfig(s.Data[secret.KubeconfigDataName])
+	g.verdicts.Store(key, kubeconfigVerdict{uid: s.UID, resourceVersion: s.ResourceVersion, err: err})
+	return err
 }
 
 // newQueue builds the ClusterCache controller's queue as controller-runtime builds it by default

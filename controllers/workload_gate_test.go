@@ -181,3 +181,26 @@ func TestWorkloadClustersGetClient(t *testing.T) {
 		})
 	}
 }
+
+// The filter's remembered verdicts follow the Secret: each new version is judged again.
+func TestWorkloadGateFilterFollowsSecretUpdates(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := kubeconfigSecret(t, "tenant", "")
+	c := gateReader(t, nodeLB("edge", "tenant"), s)
+	gate := &workloadGate{cache: c, log: logr.Discard()}
+	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "edge"}}
+	g.Expect(gate.filter(cluster)).To(BeTrue())
+
+	for _, tt := range []struct {
+		tokenFile string
+		want      bool
+	}{{"/etc/token", false}, {"", true}} {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(s), s)).To(Succeed())
+		s.Data = kubeconfigSecret(t, "tenant", tt.tokenFile).Data
+		g.Expect(c.Update(ctx, s)).To(Succeed())
+		g.Expect(gate.filter(cluster)).To(Equal(tt.want), "tokenFile %q", tt.tokenFile)
+	}
+	g.Expect(c.Delete(ctx, s)).To(Succeed())
+	g.Expect(gate.filter(cluster)).To(BeTrue(), "no Secret: the ClusterCache fails on its own, without dialing")
+}
