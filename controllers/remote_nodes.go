@@ -43,13 +43,23 @@ const (
 )
 
 // workloadCondition is the pure rule for WorkloadClusterReachable: connErr is the ClusterCache's
-// answer to GetClient, st its health-checking state. A connection whose probe has started failing
-// counts as unreachable at once: its cache still answers, but with a view that may be stale, and
-// writes would fail.
+// answer to GetClient, st its health-checking state. A refused kubeconfig (a *kubeconfigRefusal)
+// has the reason naming its field. A connection whose probe has started failing counts as
+// unreachable at once: its cache still answers, but with a view that may be stale, and writes
+// would fail.
 func workloadCondition(clusterName string, connErr error, st clustercache.HealthCheckingState) metav1.Condition {
 	c := metav1.Condition{Type: lbv1.WorkloadClusterReachableCondition}
 	const keep = "status.targets, the Nodes' annotations and the published endpoint stay as they were"
+	var refused *kubeconfigRefusal
 	switch {
+	case errors.As(connErr, &refused):
+		c.Status, c.Reason = metav1.ConditionFalse, refused.Reason
+		what := refused.Fix
+		if refused.Field != "" {
+			what = refused.Field + ": " + refused.Fix
+		}
+		c.Message = fmt.Sprintf("the manager refuses the %s-kubeconfig Secret and does not connect to workload cluster %s: %s: %s",
+			clusterName, clusterName, what, keep)
 	case connErr != nil:
 		c.Status, c.Reason = metav1.ConditionFalse, lbv1.WorkloadClusterUnreachableReason
 		c.Message = fmt.Sprintf("no connection to workload cluster %s through its %s-kubeconfig Secret (%v): %s",

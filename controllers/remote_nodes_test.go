@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -144,6 +145,10 @@ func TestWorkloadCondition(t *testing.T) {
 			lbv1.WorkloadClusterUnreachableReason, "3 health probe(s) in a row failed, last success 2026-11-25T06:00:00Z"},
 		{"probe never passed", nil, clustercache.HealthCheckingState{ConsecutiveFailures: 1}, metav1.ConditionFalse,
 			lbv1.WorkloadClusterUnreachableReason, "last success never"},
+		{"kubeconfig refused", fmt.Errorf("the edge-kubeconfig Secret: %w", &kubeconfigRefusal{Reason: lbv1.KubeconfigTokenFileReason,
+			Field: `users["u"].user.tokenFile`, Fix: "put the token itself in token"}), clustercache.HealthCheckingState{},
+			metav1.ConditionFalse, lbv1.KubeconfigTokenFileReason,
+			`refuses the edge-kubeconfig Secret and does not connect to workload cluster edge: users["u"].user.tokenFile: put the token itself in token`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -66,7 +66,9 @@ func ClientOptions() client.Options {
 }
 
 // SetupClusterCache creates the ClusterCache on mgr, whose cache must have been built with
-// CacheOptions. name is the controller name, for the workload clients' user agent;
+// CacheOptions, and whose LoadBalancer index Setup registers. It connects only to the Clusters a
+// LoadBalancer needs and never with a kubeconfig that references a file, a program or a proxy
+// (workload_gate.go). name is the controller name, for the workload clients' user agent;
 // skipNameValidation lets a process run a second ClusterCache (tests run CAPI's next to ours).
 func SetupClusterCache(ctx context.Context, mgr ctrl.Manager, name string, skipNameValidation bool) (clustercache.ClusterCache, error) {
 	secrets, err := client.New(mgr.GetConfig(), client.Options{
@@ -77,9 +79,13 @@ func SetupClusterCache(ctx context.Context, mgr ctrl.Manager, name string, skipN
 	if err != nil {
 		return nil, fmt.Errorf("creating the kubeconfig Secret client: %w", err)
 	}
+	// The gate (workload_gate.go) keeps the ClusterCache to the Clusters a LoadBalancer needs
+	// and to kubeconfigs that reference no file, program or proxy.
+	gate := &workloadGate{cache: secrets, log: ctrl.LoggerFrom(ctx).WithValues("controller", "clustercache")}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: secrets,
-		Cache:        clustercache.CacheOptions{DefaultTransform: cache.TransformStripManagedFields()},
+		SecretClient:  kubeconfigSecrets{Reader: secrets},
+		ClusterFilter: gate.filter,
+		Cache:         clustercache.CacheOptions{DefaultTransform: cache.TransformStripManagedFields()},
 		Client: clustercache.ClientOptions{
 			QPS: 20, Burst: 30,
 			UserAgent: remote.DefaultClusterAPIUserAgent("caplb-" + name),
@@ -87,11 +93,11 @@ func SetupClusterCache(ctx context.Context, mgr ctrl.Manager, name string, skipN
 				DisableFor: []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}},
 			},
 		},
-	}, controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: &skipNameValidation})
+	}, controller.Options{MaxConcurrentReconciles: 10, SkipNameValidation: &skipNameValidation, NewQueue: gate.newQueue})
 	if err != nil {
 		return nil, fmt.Errorf("creating the ClusterCache: %w", err)
 	}
-	return cc, nil
+	return &workloadClusters{ClusterCache: cc, gate: gate}, nil
 }
 
 // ClusterCacheRetry shortens the ClusterCache's retry after a failed first connection (30s by

@@ -95,6 +95,37 @@ const (
 	WorkloadClusterUnreachableReason = "WorkloadClusterUnreachable"
 )
 
+// Reasons of WorkloadClusterReachable False when the manager refuses the Cluster's
+// <clusterName>-kubeconfig Secret and never dials the workload cluster. Whoever can write a
+// Secret in the Cluster's namespace writes that kubeconfig, yet the manager would act on it with
+// its own filesystem, processes and network: a file path makes it read a file of its own (its
+// ServiceAccount token is one) and send it, a program makes it run one, a proxy URL makes it
+// send its requests through a host of the writer's choice. Each reason names the offending
+// field; the message names the kubeconfig entry and the inline form to use instead.
+const (
+	// KubeconfigTokenFileReason: a user has tokenFile. Put the token itself in token.
+	KubeconfigTokenFileReason = "KubeconfigTokenFile"
+	// KubeconfigClientCertificateFileReason: a user has client-certificate (a file path). Use
+	// client-certificate-data.
+	KubeconfigClientCertificateFileReason = "KubeconfigClientCertificateFile"
+	// KubeconfigClientKeyFileReason: a user has client-key (a file path). Use client-key-data.
+	KubeconfigClientKeyFileReason = "KubeconfigClientKeyFile"
+	// KubeconfigCertificateAuthorityFileReason: a cluster has certificate-authority (a file
+	// path). Use certificate-authority-data.
+	KubeconfigCertificateAuthorityFileReason = "KubeconfigCertificateAuthorityFile"
+	// KubeconfigExecReason: a user has exec (a credential plugin the manager would run).
+	KubeconfigExecReason = "KubeconfigExec"
+	// KubeconfigAuthProviderReason: a user has auth-provider (a plugin, which may run a
+	// program or read files).
+	KubeconfigAuthProviderReason = "KubeconfigAuthProvider"
+	// KubeconfigProxyURLReason: a cluster has proxy-url. The manager reaches workload clusters
+	// directly (or through its own environment's proxy settings), never through a proxy a
+	// Secret names.
+	KubeconfigProxyURLReason = "KubeconfigProxyURL"
+	// KubeconfigInvalidReason: the Secret's kubeconfig does not parse; nothing in it is used.
+	KubeconfigInvalidReason = "KubeconfigInvalid"
+)
+
 // Conditions and reasons of the VIP backends (arp, bgp).
 const (
 	// AddressAllocatedCondition is True when the VIP is known: spec.endpoint.host, or the

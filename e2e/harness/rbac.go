@@ -69,25 +69,50 @@ func ImpersonateServiceAccount(cfg *rest.Config, sa string) *rest.Config {
 // ManagerTokenFileKubeconfig writes a token of the manager's ServiceAccount into dir and returns a
 // kubeconfig for the test API server that reads it through tokenFile, as a kubeconfig could name
 // the token a pod mounts (/var/run/secrets/kubernetes.io/serviceaccount/token): what a tenant
-// could put in a <cluster>-kubeconfig Secret to borrow the manager's identity.
+// could put in a <cluster>-kubeconfig Secret to borrow the manager's identity. The manager
+// refuses such a kubeconfig (controllers/kubeconfig_guard.go).
 func (e *Env) ManagerTokenFileKubeconfig(ctx context.Context, dir string) ([]byte, error) {
-	cs, err := kubernetes.NewForConfig(e.Config)
+	token, err := e.managerToken(ctx)
 	if err != nil {
 		return nil, err
+	}
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
+		return nil, err
+	}
+	return e.selfKubeconfig(&clientcmdapi.AuthInfo{TokenFile: path})
+}
+
+// ManagerInlineTokenKubeconfig returns a kubeconfig for the test API server carrying a token of
+// the manager's ServiceAccount inline: the manager's identity in a tenant's hands by some other
+// leak, which no check of the kubeconfig can tell from a tenant's own token.
+func (e *Env) ManagerInlineTokenKubeconfig(ctx context.Context) ([]byte, error) {
+	token, err := e.managerToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return e.selfKubeconfig(&clientcmdapi.AuthInfo{Token: token})
+}
+
+func (e *Env) managerToken(ctx context.Context) (string, error) {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return "", err
 	}
 	tr, err := cs.CoreV1().ServiceAccounts(rbac.Namespace).CreateToken(ctx, rbac.ServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
 		metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("issuing a token for %s: %w", ShippedServiceAccount, err)
+		return "", fmt.Errorf("issuing a token for %s: %w", ShippedServiceAccount, err)
 	}
-	path := filepath.Join(dir, "token")
-	if err := os.WriteFile(path, []byte(tr.Status.Token), 0o600); err != nil {
-		return nil, err
-	}
+	return tr.Status.Token, nil
+}
+
+// selfKubeconfig is a kubeconfig for the test API server itself with user as its credentials.
+func (e *Env) selfKubeconfig(user *clientcmdapi.AuthInfo) ([]byte, error) {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["mgmt"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
-	kc.AuthInfos["mgmt"] = &clientcmdapi.AuthInfo{TokenFile: path}
+	kc.AuthInfos["mgmt"] = user
 	kc.Contexts["mgmt"] = &clientcmdapi.Context{Cluster: "mgmt", AuthInfo: "mgmt"}
 	kc.CurrentContext = "mgmt"
 	return clientcmd.Write(*kc)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
@@ -152,10 +153,12 @@ func workloadNode(g Gomega, ctx context.Context, c client.Client, name string) *
 	return n
 }
 
-// The fence of local Node targets holds against remote ones: a tenant's kubeconfig Secret that
-// leads back to the management cluster with the manager's own identity (a tokenFile naming the
-// manager's ServiceAccount token, as a pod would mount it) connects, but no management Node
-// becomes a member or is annotated, even with `selector: {}`.
+// The fence of local Node targets holds against remote ones. A tenant's kubeconfig Secret that
+// leads back to the management cluster with the manager's own identity through a tokenFile
+// naming the manager's ServiceAccount token (as a pod would mount it) is refused before any
+// connection. Should the identity reach a Secret some other way (the token inline), the
+// connection is made, but no management Node becomes a member or is annotated, even with
+// `selector: {}`.
 func testRemoteNodeTargetsFenced(t *testing.T, s *suite) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -166,8 +169,12 @@ func testRemoteNodeTargetsFenced(t *testing.T, s *suite) {
 
 	kc, err := s.env.ManagerTokenFileKubeconfig(ctx, t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s.env.Client.Create(ctx, kubeconfig.GenerateSecret(f.cluster, kc))).To(Succeed())
+	kcSecret := kubeconfig.GenerateSecret(f.cluster, kc)
+	g.Expect(s.env.Client.Create(ctx, kcSecret)).To(Succeed())
 	g.Expect(testinfra.SetProvisioned(ctx, s.env.Client, f.ns, f.cluster.Name)).To(Succeed())
+	// Every authenticated user may GET "/" here (some clusters allow it), which the
+	// ClusterCache's connect needs: only the guard stands between the tokenFile and a connection.
+	g.Expect(s.env.GrantRootPath(ctx, f.ns)).To(Succeed())
 	f.createLB(t, "api.fenced.example", 6443, func(lb *lbv1.LoadBalancer) {
 		lb.Spec.TargetKind = lbv1.TargetKind{APIGroup: "", Kind: lbv1.NodeKind}
 		lb.Spec.Selector = &metav1.LabelSelector{}
@@ -180,17 +187,25 @@ func testRemoteNodeTargetsFenced(t *testing.T, s *suite) {
 		g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(mgmtNode), n)).To(Succeed())
 		g.Expect(n.Annotations).NotTo(HaveKey(lbv1.NameAnnotation))
 	}
-	// As shipped, the manager's identity may not even GET "/" on the management cluster, which
-	// the ClusterCache's probe needs: no connection.
-	f.waitLB(t, "the borrowed identity does not connect", func(lb *lbv1.LoadBalancer) bool {
-		return harness.ConditionIs(lb, lbv1.WorkloadClusterReachableCondition, metav1.ConditionFalse) &&
+	f.waitLB(t, "the tokenFile kubeconfig refused", func(lb *lbv1.LoadBalancer) bool {
+		c := harness.Condition(lb, lbv1.WorkloadClusterReachableCondition)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == lbv1.KubeconfigTokenFileReason &&
 			lb.Status.Endpoint.Host == "api.fenced.example"
 	})
-	g.Consistently(unconnected, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		unconnected(g)
+		lb, err := s.env.GetLB(ctx, f.ns, "lb")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(harness.Condition(lb, lbv1.WorkloadClusterReachableCondition).Reason).To(Equal(lbv1.KubeconfigTokenFileReason))
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 
-	// A management cluster that lets every authenticated user GET "/": the connection is made,
-	// and the management cluster's Nodes stay hidden all the same.
-	g.Expect(s.env.GrantRootPath(ctx, f.ns)).To(Succeed())
+	// The manager's token inline: the connection is made, and the management cluster's Nodes
+	// stay hidden all the same.
+	kc, err = s.env.ManagerInlineTokenKubeconfig(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.env.Client.Get(ctx, client.ObjectKeyFromObject(kcSecret), kcSecret)).To(Succeed())
+	kcSecret.Data[secret.KubeconfigDataName] = kc
+	g.Expect(s.env.Client.Update(ctx, kcSecret)).To(Succeed())
 	f.waitLB(t, "connected to the 'workload cluster' (the management cluster itself)", func(lb *lbv1.LoadBalancer) bool {
 		return harness.ConditionIs(lb, lbv1.WorkloadClusterReachableCondition, metav1.ConditionTrue) &&
 			harness.ConditionIs(lb, lbv1.TargetsAvailableCondition, metav1.ConditionFalse)
