@@ -343,10 +343,11 @@ func TestReleaseRules(t *testing.T) {
 		h.ok = false
 		ml.set(0, false, election.Meta{})
 		ml.set(1, false, election.Meta{})
+		ml.confirm = false // gone: no direct answer either
 		step(a, t0.Add(1100*time.Millisecond))
 		g.Expect(a.st.holding).To(BeFalse())
 	})
-	t.Run("losing quorum releases at once", func(t *testing.T) {
+	t.Run("losing quorum releases after one unanswered direct-ping round", func(t *testing.T) {
 		g := NewWithT(t)
 		a, ml, _, _ := newTestAgent(t, 0)
 		t0 := time.Now()
@@ -354,6 +355,7 @@ func TestReleaseRules(t *testing.T) {
 		step(a, t0.Add(time.Second))
 		ml.set(0, false, election.Meta{})
 		ml.set(1, false, election.Meta{})
+		ml.confirm = false
 		step(a, t0.Add(1100*time.Millisecond))
 		g.Expect(a.st.holding).To(BeFalse())
 		g.Expect(a.Status().Quorum).To(BeFalse())
@@ -550,6 +552,9 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 
 			ml.set(0, false, election.Meta{})
 			ml.set(1, false, election.Meta{})
+			ml.mu.Lock()
+			ml.confirm = false // the others are gone: a direct-ping round gets no answer either
+			ml.mu.Unlock()
 			now := t0.Add(700 * time.Millisecond)
 			ml.contact = now.Add(-tc.contactAge)
 			step(a, now)
@@ -564,6 +569,28 @@ func TestOwnerHoldsThroughNoQuorumBlip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStarvedOwnerAsksBeforeReleasing: an owner whose gossip lost quorum
+// because it was starved of CPU (the others' answers read too late) asks a
+// majority directly before it lets go, and keeps the VIP while they answer;
+// with nobody answering it releases.
+func TestStarvedOwnerAsksBeforeReleasing(t *testing.T) {
+	g := NewWithT(t)
+	a, ml, _, _ := newTestAgent(t, 0)
+	t0 := claimAsMostPreferred(t, a, ml)
+	ml.set(0, false, election.Meta{})
+	ml.set(1, false, election.Meta{})
+	ml.contact = t0.Add(200 * time.Millisecond) // the background rounds have not answered for 500 ms
+	before := ml.confirms
+	step(a, t0.Add(700*time.Millisecond))
+	g.Expect(ml.confirms).To(Equal(before+1), "one direct-ping round")
+	g.Expect(a.st.holding).To(BeTrue(), "a majority answered it: still holding")
+	ml.mu.Lock()
+	ml.confirm = false
+	ml.mu.Unlock()
+	step(a, t0.Add(750*time.Millisecond))
+	g.Expect(a.st.holding).To(BeFalse(), "nobody answered: released")
 }
 
 // claimAsMostPreferred steps a (the most preferred member, every other one

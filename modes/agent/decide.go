@@ -63,6 +63,20 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		return false, "VIP interface down", needNothing
 	case !d.Quorum && st.holding && r.holdThroughNoQuorum(*st, in):
 		return true, "gossip shows no quorum, but a majority answered direct pings just now", needNothing
+	case !d.Quorum && st.holding:
+		// A holder starved of CPU (a member booting beside it) reads its
+		// probes' answers late, and gossip declares the others dead on its
+		// side first: it asks a majority directly, handshakes included,
+		// before it lets go. A real minority gets no answer and releases
+		// one direct-ping round later.
+		c := in.confirmation
+		if c == nil {
+			return true, "", needConfirmation
+		}
+		if c.reached >= c.needed {
+			return true, "gossip shows no quorum, but a majority answered a direct-ping round just now", needNothing
+		}
+		return false, d.Reason, needNothing
 	case !d.Quorum:
 		return false, d.Reason, needNothing
 	case lost:

@@ -333,8 +333,14 @@ func TestStepFailOpen(t *testing.T) {
 		{name: "unhealthy with an eligible member: hands over, quiet",
 			st: owner(), in: unhealthy(self, peer("b", true, eligiblePeer), peer("c", true, downPeer)), holding: true, quiet: true},
 		{name: "never without quorum",
-			st: owner(), in: with(unhealthy(self, peer("b", false, downPeer), peer("c", false, downPeer)), func(in *inputs) { in.confirmedAt = t0.Add(-time.Second) }),
+			st: owner(), in: with(unhealthy(self, peer("b", false, downPeer), peer("c", false, downPeer)), func(in *inputs) {
+				in.confirmedAt = t0.Add(-time.Second)
+				in.confirmation = &confirmation{reached: 1, needed: 2}
+			}),
 			reason: "quorum"},
+		{name: "gossip without quorum asks a majority directly first",
+			st: owner(), in: with(unhealthy(self, peer("b", false, downPeer), peer("c", false, downPeer)), func(in *inputs) { in.confirmedAt = t0.Add(-time.Second) }),
+			holding: true, needPing: true},
 	})
 }
 
