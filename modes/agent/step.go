@@ -127,6 +127,11 @@ func (r rules) step(st loopState, in inputs) (loopState, output) {
 				st.redirectFrom = from.From
 			}
 		case !st.redirectFrom.IsValid():
+		case from == nil && r.redirectToStarved(st.redirectFrom, gossip, in):
+			// Gossip declared the previous owner dead, but its kernel still
+			// completes handshakes: starved of CPU while it drains, it still
+			// has its connections, and our RST would fail their requests.
+			out.desired.HandOver = r.redirectTo(st.redirectFrom)
 		case from == nil || from.From != st.redirectFrom:
 			st.redirectFrom, redirectEnded = netip.Addr{}, true
 		default:
@@ -205,11 +210,31 @@ func (r rules) handOverFrom(v election.View) *dataplane.HandOver {
 			continue
 		}
 		if addr := r.memberAddress(m); addr.IsValid() {
-			return &dataplane.HandOver{From: addr, Window: r.cfg.Quiesce.Drain.Duration + r.cfg.Quiesce.BusyDrain.Duration + handoverRedirectMargin}
+			return r.redirectTo(addr)
 		}
 		return nil
 	}
 	return nil
+}
+
+// redirectTo is the hand-over redirect to the previous owner at from.
+func (r rules) redirectTo(from netip.Addr) *dataplane.HandOver {
+	return &dataplane.HandOver{From: from, Window: r.cfg.Quiesce.Drain.Duration + r.cfg.Quiesce.BusyDrain.Duration + handoverRedirectMargin}
+}
+
+// redirectToStarved: the redirect's previous owner at from is the member that
+// last held the VIPs and is starved, not gone (starvedHolder).
+func (r rules) redirectToStarved(from netip.Addr, v election.View, in inputs) bool {
+	h := r.starvedHolder(v, in.answers, in.now)
+	if h == "" {
+		return false
+	}
+	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
+		if m.Name == h {
+			return r.memberAddress(m) == from
+		}
+	}
+	return false
 }
 
 // handOverStalled: an unhealthy holder has waited quiesce.handoverTimeout

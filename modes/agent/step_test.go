@@ -468,6 +468,26 @@ func TestStepSilentHolder(t *testing.T) {
 				g.Expect(out.sync).To(BeTrue(), "the data plane removes the redirect")
 				g.Expect(st.redirectFrom.IsValid()).To(BeFalse())
 			}},
+		{name: "gossip declared the previous owner dead, its kernel completes handshakes (starved while draining): the redirect stays",
+			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: with(moment(t0, peer("b", false, downPeer), self, peer("c", true, eligiblePeer)), func(in *inputs) {
+				in.view.LastHolder = "b"
+				in.answers = map[string]election.Answers{"b": {Last: t0.Add(-300 * time.Millisecond), Listening: t0.Add(-50 * time.Millisecond)}, "c": {Last: t0}}
+			}),
+			holding: true, handOver: netip.MustParseAddr("192.0.2.2"),
+			check: func(g Gomega, st loopState, out output) {
+				g.Expect(st.redirectFrom).To(Equal(netip.MustParseAddr("192.0.2.2")))
+			}},
+		{name: "gossip declared the previous owner dead and its listener refused: the redirect ends",
+			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: with(moment(t0, peer("b", false, downPeer), self, peer("c", true, eligiblePeer)), func(in *inputs) {
+				in.view.LastHolder = "b"
+				in.answers = map[string]election.Answers{"b": {Last: t0.Add(-300 * time.Millisecond), Listening: t0.Add(-250 * time.Millisecond),
+					Unanswered: t0.Add(-50 * time.Millisecond)}, "c": {Last: t0}}
+			}),
+			holding: true,
+			check: func(g Gomega, st loopState, out output) {
+				g.Expect(out.sync).To(BeTrue())
+				g.Expect(st.redirectFrom.IsValid()).To(BeFalse())
+			}},
 		{name: "the previous owner let go: the redirect ends",
 			st: redirecting(netip.MustParseAddr("192.0.2.2")), in: moment(t0, peer("b", true, downPeer), self, peer("c", true, eligiblePeer)),
 			holding: true,
