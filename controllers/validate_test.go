@@ -12,6 +12,7 @@ import (
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/providers"
 	"github.com/caplb/caplb/providers/static"
+	"github.com/caplb/caplb/providers/vip"
 )
 
 func TestValidate(t *testing.T) {
@@ -91,6 +92,47 @@ func TestValidate(t *testing.T) {
 			msg := errs.ToAggregate().Error()
 			for _, want := range tt.wantErr {
 				g.Expect(strings.Contains(msg, want)).To(BeTrue(), "message %q lacks %q", msg, want)
+			}
+		})
+	}
+}
+
+// TestValidateARPBusyDrainWithSpread: the webhook and the reconciler refuse busyDrain with spread
+// load balancing through the shared Validate: a spread holder's busy count never sees the
+// connections it forwards, so the drain would protect none.
+func TestValidateARPBusyDrainWithSpread(t *testing.T) {
+	reg, err := providers.NewRegistry(vip.NewARP(vip.Options{AgentImage: "caplb-agent:test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arpLB := func(lbMode string, busyDrain time.Duration) *lbv1.LoadBalancer {
+		lb := newLB("lb")
+		lb.Spec.Endpoint.Host = "10.0.0.10"
+		lb.Spec.Backend = lbv1.Backend{ARP: &lbv1.ARPBackend{LoadBalancing: lbMode}}
+		lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{BusyDrain: &lbv1.Duration{Duration: busyDrain}}
+		return lb
+	}
+	for _, tc := range []struct {
+		name      string
+		lb        *lbv1.LoadBalancer
+		wantError []string
+	}{
+		{"single with busyDrain", arpLB(lbv1.ARPLoadBalancingSingle, 20*time.Second), nil},
+		{"spread without busyDrain", arpLB(lbv1.ARPLoadBalancingSpread, 0), nil},
+		{"spread with busyDrain", arpLB(lbv1.ARPLoadBalancingSpread, 20*time.Second), []string{
+			"spec.backend.arp.agent.timers.busyDrain", "cannot be used with spec.backend.arp.loadBalancing spread",
+			"remove busyDrain (or set it to 0s), or use loadBalancing single"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			errs := Validate(tc.lb, reg)
+			if tc.wantError == nil {
+				g.Expect(errs).To(BeEmpty())
+				return
+			}
+			g.Expect(errs).To(HaveLen(1))
+			for _, w := range tc.wantError {
+				g.Expect(errs.ToAggregate().Error()).To(ContainSubstring(w))
 			}
 		})
 	}

@@ -3,6 +3,9 @@ package v1alpha1
 // ARPBackend serves the endpoint on a virtual IP that one elected member holds on the members'
 // L2 segment (gratuitous ARP / unsolicited NA). The node agents run from the bootstrap Secret the
 // controller renders (<clusterName>-caplb-agent); see docs/backends/arp.md.
+// busyDrain counts the connections on sockets bound to the VIP; spread connections reach the API
+// servers at node addresses, so with spread it would hold for none of them: refused.
+// +kubebuilder:validation:XValidation:rule="!has(self.loadBalancing) || self.loadBalancing != 'spread' || !has(self.agent) || !has(self.agent.timers) || !has(self.agent.timers.busyDrain) || !self.agent.timers.busyDrain.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || self.agent.timers.busyDrain == '0' || duration(self.agent.timers.busyDrain) == duration('0s')",message="spec.backend.arp.agent.timers.busyDrain cannot be used with spec.backend.arp.loadBalancing spread: spread connections reach the API servers at node addresses, not the VIP, so the holder counts none of them as busy; remove busyDrain (or set it to 0s), or use loadBalancing single",fieldPath=".agent.timers.busyDrain"
 type ARPBackend struct {
 	VIPBackend `json:",inline"`
 
@@ -299,6 +302,8 @@ type AgentTimers struct {
 	// client-go resends what the old connection left unanswered, where the release's reset would
 	// fail the write in flight (client-go resends only GETs). Connections left with only a watch
 	// do not count; the release resets them and client-go reopens the watch. Default 0: off.
+	// Not with spec.backend.arp.loadBalancing spread: spread connections reach the API servers at
+	// node addresses, not the VIP, so none would count.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || (duration(self) >= duration('0s') && duration(self) <= duration('5m'))",message="spec.backend.<arp|bgp>.agent.timers.busyDrain must be between 0s and 5m"
 	BusyDrain *Duration `json:"busyDrain,omitempty"`

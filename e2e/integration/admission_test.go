@@ -141,6 +141,11 @@ func testAdmission(t *testing.T, s *suite) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{"busyDrain": "10m"}}}}
 		}, []string{"agent.timers.busyDrain must be between 0s and 5m"}},
+		{"agent busy drain with spread load balancing", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"arp": map[string]any{"loadBalancing": "spread",
+				"agent": map[string]any{"timers": map[string]any{"busyDrain": "20s"}}}}
+		}, []string{"spec.backend.arp.agent.timers.busyDrain cannot be used with spec.backend.arp.loadBalancing spread", "loadBalancing single"}},
 		{"bgp hold time below RFC 4271's minimum", func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
@@ -375,6 +380,8 @@ func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
 		{"arp VIP IPv6", vip("fd00::10", map[string]any{"arp": map[string]any{}})},
 		{"arp VIP public", vip("198.51.100.10", map[string]any{"arp": map[string]any{}})},
 		{"arp spread", vip("10.0.0.10", map[string]any{"arp": map[string]any{"loadBalancing": "spread"}})},
+		{"arp spread with busyDrain 0s", vip("10.0.0.10", map[string]any{"arp": map[string]any{"loadBalancing": "spread",
+			"agent": map[string]any{"timers": map[string]any{"busyDrain": "0s"}}}})},
 		{"arp timers", vip("10.0.0.10", map[string]any{"arp": map[string]any{"agent": map[string]any{"timers": map[string]any{
 			"probeInterval": "200ms", "probeTimeout": "100ms", "contactTimeout": "1s", "settle": "0s", "drain": "500ms", "busyDrain": "20s"}}}})},
 		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},

@@ -79,6 +79,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bgp needs its section", validYAML + "mode: bgp\n", []string{"bgp: is required in bgp mode"}},
 		{"bgp ipv6 vip without an ipv6 peer", validYAML + "mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
 			[]string{"vips: bgp.peers: VIP 2001:db8::10 needs an IPv6 peer"}},
+		{"busyDrain with spread", validYAML + "quiesce: {busyDrain: 10s}\narp: {loadBalancing: spread}\n",
+			[]string{"quiesce.busyDrain: 10s cannot be used with arp.loadBalancing spread", "set quiesce.busyDrain to 0s or arp.loadBalancing to single"}},
 		{"several errors at once", "vips: []\nmembers: []\nport: 70000\n",
 			[]string{"vips: is empty", "members: is empty", "port: 70000 is out of range"}},
 	}

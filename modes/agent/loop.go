@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -56,32 +57,98 @@ func (a *Agent) Run(ctx, force context.Context) (err error) {
 
 // iterate is one turn of the loop: gather, step, apply. The step is run
 // again, from the same state, when it needs I/O to decide (a direct-ping
-// round before a claim, the bootstrap probe, a draining holder's busy
-// connections).
+// round before a claim or before a holder lets go, the bootstrap probe, a
+// draining holder's busy connections); one turn may need several kinds.
 func (a *Agent) iterate(now time.Time, req requests) {
-	in := a.gather(now, req)
-	next, out := a.rules.step(a.st, in)
-	for range 2 {
-		switch {
-		case out.needConfirmation:
-			// What we report (eligibility, a silent holder) goes out before
-			// the pings, as it would without them.
-			a.ml.SetMeta(out.metaBefore)
-			reached, needed := a.ml.ConfirmQuorum()
-			in.confirmation = &confirmation{reached: reached, needed: needed}
-		case out.needProbe:
-			res, err := a.prober.probe(a.rules.vips)
-			in.probe = &probeOutcome{res: res, err: err}
-		case out.needBusy:
-			n := a.dp.BusyConnections()
-			in.busy = &n
-		default:
-			a.apply(in, next, out)
-			return
-		}
-		next, out = a.rules.step(a.st, in)
+	in, next, out, repeated := turn(a.gather(now, req), func(in inputs) (loopState, output) {
+		return a.rules.step(a.st, in)
+	}, a.io)
+	if repeated != needNothing {
+		// A bug in step; applying what it returned keeps the agent (and the
+		// connections a drain protects) alive, where a panic would not.
+		a.log.Error(errRepeatedNeed, "applying the step's output as it is", "need", repeated.String())
 	}
-	panic("agent step asked for I/O twice")
+	a.apply(in, next, out)
+}
+
+var errRepeatedNeed = errors.New("agent step asked again for I/O it was given in the same turn")
+
+// turn steps until the step needs no more I/O, doing what it asks for with
+// io in between. Each kind of I/O is done at most once per turn, so a turn
+// is at most one step per kind plus one. A step that asks again for a kind
+// it was given ends the turn with that output; repeated names the kind
+// (needNothing when the step behaved).
+func turn(in inputs, step func(inputs) (loopState, output), io func(need, output, *inputs)) (_ inputs, next loopState, out output, repeated need) {
+	next, out = step(in)
+	for {
+		n := out.need()
+		switch {
+		case n == needNothing:
+			return in, next, out, needNothing
+		case in.has(n):
+			return in, next, out, n
+		}
+		io(n, out, &in)
+		next, out = step(in)
+	}
+}
+
+// io does the I/O of kind n for a step that returned out, into in.
+func (a *Agent) io(n need, out output, in *inputs) {
+	switch n {
+	case needConfirmation:
+		// What we report (eligibility, a silent holder) goes out before
+		// the pings, as it would without them.
+		a.ml.SetMeta(out.metaBefore)
+		reached, needed := a.ml.ConfirmQuorum()
+		in.confirmation = &confirmation{reached: reached, needed: needed}
+	case needProbe:
+		res, err := a.prober.probe(a.rules.vips)
+		in.probe = &probeOutcome{res: res, err: err}
+	case needBusy:
+		n := a.dp.BusyConnections()
+		in.busy = &n
+	}
+}
+
+// need is the I/O out asks for (a step asks for one kind at a time).
+func (o output) need() need {
+	switch {
+	case o.needConfirmation:
+		return needConfirmation
+	case o.needProbe:
+		return needProbe
+	case o.needBusy:
+		return needBusy
+	}
+	return needNothing
+}
+
+// has reports whether in carries the outcome of I/O of kind n.
+func (in inputs) has(n need) bool {
+	switch n {
+	case needConfirmation:
+		return in.confirmation != nil
+	case needProbe:
+		return in.probe != nil
+	case needBusy:
+		return in.busy != nil
+	}
+	return false
+}
+
+func (n need) String() string {
+	switch n {
+	case needNothing:
+		return "nothing"
+	case needConfirmation:
+		return "confirmation"
+	case needProbe:
+		return "probe"
+	case needBusy:
+		return "busy"
+	}
+	return fmt.Sprintf("need(%d)", int(n))
 }
 
 // gather reads everything a step needs from the world.

@@ -36,6 +36,10 @@ type PeerStatus struct {
 	State State
 	Diag  Diag
 	Since time.Time
+	// LocalDisc and RemoteDisc are the session's discriminators (RemoteDisc
+	// 0 until the peer was heard): an up session accepts only packets that
+	// carry both.
+	LocalDisc, RemoteDisc uint32
 }
 
 // Runner runs the sessions of one node on UDP: it receives on port 3784
@@ -287,7 +291,8 @@ func (r *Runner) Status() map[netip.Addr]PeerStatus {
 	out := make(map[netip.Addr]PeerStatus, len(r.sessions))
 	for a, e := range r.sessions {
 		st, d := e.s.State()
-		out[a] = PeerStatus{Peer: a, State: st, Diag: d, Since: e.since}
+		local, remote := e.s.Discriminators()
+		out[a] = PeerStatus{Peer: a, State: st, Diag: d, Since: e.since, LocalDisc: local, RemoteDisc: remote}
 	}
 	return out
 }

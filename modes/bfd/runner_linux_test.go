@@ -36,8 +36,9 @@ func (c *changes) last() bfd.Change {
 
 // TestRunnersOverRealPackets: two runners in two namespaces bring their
 // session up once enabled; a packet that says "admin down" with a TTL below
-// 255 is ignored (RFC 5881: it may come from off the link), the same packet
-// with TTL 255 takes the session down; a runner that stops sending is
+// 255 is ignored (RFC 5881: it may come from off the link), so is one with
+// TTL 255 that does not carry the session's discriminators, and one that
+// does takes the session down; a runner that stops sending is
 // declared down after the detection time.
 func TestRunnersOverRealPackets(t *testing.T) {
 	lab.SkipUnlessRoot(t)
@@ -78,7 +79,7 @@ func TestRunnersOverRealPackets(t *testing.T) {
 	g.Eventually(state(rb, aAddr), 5*time.Second, 20*time.Millisecond).Should(Equal(bfd.Up))
 
 	// A forged "admin down" from b's address, sent from another socket.
-	forge := func(ttl int) {
+	forge := func(ttl int, myDisc, yourDisc uint32) {
 		g.Expect(b.Do(func() error {
 			c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: aAddr.AsSlice(), Port: bfd.Port})
 			if err != nil {
@@ -88,15 +89,19 @@ func TestRunnersOverRealPackets(t *testing.T) {
 			if err := ipv4.NewConn(c).SetTTL(ttl); err != nil {
 				return err
 			}
-			_, err = c.Write(bfd.Control{State: bfd.AdminDown, DetectMult: 3, MyDisc: 4242}.Marshal())
+			_, err = c.Write(bfd.Control{State: bfd.AdminDown, DetectMult: 3, MyDisc: myDisc, YourDisc: yourDisc}.Marshal())
 			return err
 		})).To(Succeed())
 	}
-	forge(64)
+	st := ra.Status()[bAddr]
+	forge(64, st.RemoteDisc, st.LocalDisc)
 	g.Consistently(state(ra, bAddr), 300*time.Millisecond, 10*time.Millisecond).Should(Equal(bfd.Up), "TTL 64: dropped")
-	forge(255)
+	forge(255, 4242, 0)
+	g.Consistently(state(ra, bAddr), 300*time.Millisecond, 10*time.Millisecond).Should(Equal(bfd.Up),
+		"TTL 255 without the session's discriminators: ignored by an up session")
+	forge(255, st.RemoteDisc, st.LocalDisc)
 	g.Eventually(func() bfd.Diag { return ca.last().Diag }, time.Second, 10*time.Millisecond).Should(Equal(bfd.DiagNeighborDown),
-		"TTL 255: the session goes down")
+		"TTL 255 with the session's discriminators: the session goes down")
 	g.Eventually(state(ra, bAddr), 5*time.Second, 20*time.Millisecond).Should(Equal(bfd.Up), "and comes back with the real peer")
 
 	// b stops: a declares it down after 3 x 50 ms.

@@ -40,6 +40,8 @@ type Session struct {
 	// poll with F in the next packet, sent at once.
 	polling   bool
 	sendFinal bool
+	// lastPollAnswered is when a Poll last got a Final (finalGap).
+	lastPollAnswered time.Time
 }
 
 // NewSession returns a session in state Down with local discriminator
@@ -57,6 +59,18 @@ func (s *Session) Discriminators() (local, remote uint32) { return s.local, s.re
 // Receive applies a valid control packet for this session (RFC 5880
 // §6.8.6) and reports whether the state changed.
 func (s *Session) Receive(c Control, now time.Time) bool {
+	// An up session has exchanged discriminators both ways; RFC 5880 §6.8.6
+	// selects a session by Your Discriminator, and leaves the selection of a
+	// packet with a zero one (Down/AdminDown only) to the application. A
+	// peer sends zero only before it heard us or after a Detection Time
+	// without our packets (§6.8.1, bfd.RemoteDiscr), so an up session does
+	// not select such a packet, nor one with another My Discriminator, and
+	// discards it: a single spoofed packet from the router's address must
+	// not take the session, and the member's routes, down. A peer that did
+	// reset is noticed when the Detection Time expires here.
+	if s.state == Up && (c.YourDisc != s.local || c.MyDisc != s.remote) {
+		return false
+	}
 	before := s.state
 	s.remote = c.MyDisc
 	s.remoteState = c.State
@@ -67,8 +81,8 @@ func (s *Session) Receive(c Control, now time.Time) bool {
 	if c.Final {
 		s.polling = false
 	}
-	if c.Poll {
-		s.sendFinal = true
+	if c.Poll && now.Sub(s.lastPollAnswered) >= s.finalGap() {
+		s.sendFinal, s.lastPollAnswered = true, now
 		s.nextTx = now
 	}
 	if s.state == AdminDown {
@@ -93,6 +107,17 @@ func (s *Session) Receive(c Control, now time.Time) bool {
 		s.nextTx = now // tell the peer at once
 	}
 	return s.state != before
+}
+
+// finalGap is the shortest time between two Polls answered with a Final:
+// half the interval the peer may send at (it sends no faster than 75 % of
+// RequiredMinRx, §6.8.7), so that its own Polls are all answered while a
+// flood of them is not reflected to the router packet for packet. A Poll
+// left unanswered costs nothing: the peer repeats it on its periodic
+// packets until a Final arrives (§6.5). Whatever the configuration, at most
+// a hundred Finals a second.
+func (s *Session) finalGap() time.Duration {
+	return max(s.params.RequiredMinRx/2, 10*time.Millisecond)
 }
 
 func (s *Session) down(d Diag) {

@@ -82,8 +82,8 @@ func TestPeerSignalsDownAndPoll(t *testing.T) {
 		wantDiag  Diag
 		wantFinal bool
 	}{
-		{"the peer says down", Control{State: Down, DetectMult: 3, MyDisc: 2, RequiredMinRx: time.Second}, Down, DiagNeighborDown, false},
-		{"the peer says admin down", Control{State: AdminDown, DetectMult: 3, MyDisc: 2, RequiredMinRx: time.Second}, Down, DiagNeighborDown, false},
+		{"the peer says down", Control{State: Down, DetectMult: 3, MyDisc: 2, YourDisc: 1, RequiredMinRx: time.Second}, Down, DiagNeighborDown, false},
+		{"the peer says admin down", Control{State: AdminDown, DetectMult: 3, MyDisc: 2, YourDisc: 1, RequiredMinRx: time.Second}, Down, DiagNeighborDown, false},
 		{"the peer polls: final at once", Control{State: Up, Poll: true, DetectMult: 3, MyDisc: 2, YourDisc: 1,
 			DesiredMinTx: 300 * time.Millisecond, RequiredMinRx: 300 * time.Millisecond}, Up, DiagNone, true},
 	} {
@@ -91,7 +91,9 @@ func TestPeerSignalsDownAndPoll(t *testing.T) {
 			g := NewWithT(t)
 			a, b := NewSession(fast, 1), NewSession(fast, 2)
 			exchange(g, a, b, t0, 10)
-			now := t0.Add(100 * time.Millisecond)
+			// Past the handshake's Poll by more than the gap between
+			// answered Polls.
+			now := t0.Add(200 * time.Millisecond)
 			a.Receive(tc.in, now)
 			st, diag := a.State()
 			g.Expect(st).To(Equal(tc.wantState))

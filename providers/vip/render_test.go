@@ -187,6 +187,14 @@ func TestValidateNamesFields(t *testing.T) {
 			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: 5 * time.Second},
 				BusyDrain: &lbv1.Duration{Duration: 2 * time.Minute}}
 		}, "spec.backend.arp.agent.timers.busyDrain: Invalid value: \"2m0s\": drain + busyDrain (2m5s) must be shorter than spec.quiesce.timeout (2m0s)"},
+		{"busyDrain with spread", b, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend.ARP.LoadBalancing = lbv1.ARPLoadBalancingSpread
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{BusyDrain: &lbv1.Duration{Duration: 30 * time.Second}}
+		}, "spec.backend.arp.agent.timers.busyDrain: Invalid value: \"30s\": cannot be used with spec.backend.arp.loadBalancing spread"},
+		{"busyDrain 0s with spread", b, func(lb *lbv1.LoadBalancer) {
+			lb.Spec.Backend.ARP.LoadBalancing = lbv1.ARPLoadBalancingSpread
+			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{BusyDrain: &lbv1.Duration{}}
+		}, ""},
 		{"negative busyDrain", b, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{BusyDrain: &lbv1.Duration{Duration: -time.Second}}
 		}, "spec.backend.arp.agent.timers.busyDrain"},

@@ -88,6 +88,14 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 				"drain + busyDrain (%s) must be shorter than spec.quiesce.timeout (%s): shorten busyDrain or raise the timeout", hold, timeout)))
 		}
 	}
+	if a := spec.Backend.ARP; a != nil && a.LoadBalancing == lbv1.ARPLoadBalancingSpread &&
+		a.Agent.Timers != nil && a.Agent.Timers.BusyDrain != nil && a.Agent.Timers.BusyDrain.Duration > 0 {
+		// The agent counts busy connections on the sockets bound to the VIP; spread connections
+		// reach the API servers at node addresses, so busyDrain would hold for none of them.
+		errs = append(errs, field.Invalid(ap.Child("timers", "busyDrain"), a.Agent.Timers.BusyDrain.Duration.String(),
+			"cannot be used with spec.backend.arp.loadBalancing spread: spread connections reach the API servers at node addresses, "+
+				"not the VIP, so the holder counts none of them as busy; remove busyDrain (or set it to 0s), or use loadBalancing single"))
+	}
 	errs = append(errs, validateHealth(ap, v.Agent)...)
 	if bg := spec.Backend.BGP; bg != nil {
 		errs = append(errs, validateBGP(bp, bg)...)

@@ -262,6 +262,11 @@ func (c *AgentConfiguration) Validate() error {
 	default:
 		bad("arp.loadBalancing", "%q is not a mode; use %q or %q", c.ARP.LoadBalancing, LoadBalancingSingle, LoadBalancingSpread)
 	}
+	if c.ARP.LoadBalancing == LoadBalancingSpread && c.Mode != ModeBGP && c.Quiesce.BusyDrain.Duration > 0 {
+		// The busy count reads the sockets bound to the VIPs; spread connections reach the API
+		// servers at node addresses, so the holder would count none and release mid-request.
+		bad("quiesce.busyDrain", "%v cannot be used with arp.loadBalancing spread: spread connections reach the API servers at node addresses, not the VIP, so none counts as busy; set quiesce.busyDrain to 0s or arp.loadBalancing to single", c.Quiesce.BusyDrain.Duration)
+	}
 	if c.Mode == ModeBGP {
 		if c.BGP == nil {
 			bad("bgp", "is required in bgp mode")

@@ -167,7 +167,9 @@ type QuiesceConfig struct {
 	// --goaway-chance moves a busy client with a GOAWAY, whose unanswered
 	// requests client-go resends on a new connection (to the successor); a
 	// reset of a busy connection instead fails the write in flight, which
-	// client-go does not resend. Default 0: off (release after Drain).
+	// client-go does not resend. Default 0: off (release after Drain). Not
+	// with arp.loadBalancing spread: its connections are not on the VIP's
+	// sockets, so none would count.
 	BusyDrain Duration `json:"busyDrain,omitzero"`
 	// HandoverTimeout: on exit, stop waiting for a successor after this long
 	// and release anyway. Default 5s.
