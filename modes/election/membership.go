@@ -99,8 +99,9 @@ type Membership struct {
 	// mutated under its own lock, so reading them later would race.
 	peers map[string]peer
 	// lastHolder is the other member whose gossip last said it holds the
-	// VIP, kept when it dies (View.LastHolder); "" once it said it does not,
-	// or this member holds.
+	// VIP, kept when it dies (View.LastHolder), also once this member
+	// claimed (the previous owner drains, and may be starved meanwhile);
+	// "" once it said it does not.
 	lastHolder string
 
 	// base is a monotonic reference taken at Start; confirmedAt is the
@@ -211,9 +212,6 @@ func (m *Membership) SetMeta(meta Meta) {
 	}
 	same := m.meta == meta
 	m.meta = meta
-	if meta.Holding {
-		m.lastHolder = ""
-	}
 	m.mu.Unlock()
 	if same {
 		return
