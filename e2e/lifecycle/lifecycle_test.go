@@ -98,13 +98,19 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 		g.Expect(c.LostEvents).To(BeZero(), "the informer delivered every successful write")
 		g.Expect(c.StoreMatches).To(BeTrue(), "the informer's store ends at the writer's last state")
 		g.Expect(c.LeaderLosses).To(BeZero(), "the leader-elected loop never lost its Lease")
+		g.Expect(c.Relists).To(BeZero(), "the informer never relisted (a relist can hide a lost event; no client timeout cuts its watch)")
+	}
+	if backend == ARP {
+		// A member booting on the same cores starved holders past the silent-holder rule and
+		// memberlist's suspicion timeout, and others claimed beside them (issue 36): the kernel's
+		// handshake now tells a starved holder from a gone one.
+		g.Expect(r.SpuriousClaims).To(BeEmpty(), "no member claimed the VIP beside a live holder that was not leaving")
 	}
 	if backend == ARP && api == Real {
-		// Four control planes on 2 shared cores starve an owner's agent now and then past
-		// election.contactTimeout: it fences itself ("no direct answer from a majority for
-		// 500ms") and the VIP has no holder until the next claim (99 ms in one CI run, with no
-		// failed request: the clients' assertions above are the promise). A long outage still fails.
-		g.Expect(*r.HolderLessMSMax).To(BeNumerically("<", 1000), "the VIP never lacked a holder for long")
+		// Four control planes on 2 shared cores starve an owner's agent now and then: it asks a
+		// majority directly (handshakes included) before it fences itself, and no longer lets go
+		// for its own slowness (524 ms without a holder in a run before that, 0 after).
+		g.Expect(*r.HolderLessMSMax).To(BeNumerically("<", MaxGapGoalMS), "the VIP never lacked a holder for long")
 	} else if backend == ARP {
 		g.Expect(*r.HolderLessMSMax).To(BeZero(), "the VIP always had a holder")
 	}
