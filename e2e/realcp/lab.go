@@ -43,8 +43,9 @@ type Config struct {
 	Name string
 	// BinDir holds kubeadm, etcd and kube-apiserver (`make testbin`); empty: envtest.BinaryDir().
 	BinDir string
-	// Podrun and Agent are prebuilt binaries of ./e2e/lab/podrun and ./cmd/caplb-agent; empty:
-	// built into the lab's directory.
+	// Podrun and Agent are prebuilt binaries of ./e2e/lab/podrun and ./cmd/caplb-agent (the
+	// agent static, CGO_ENABLED=0: the lab's kubelet runs it in a root holding nothing else);
+	// empty: built so into the lab's directory.
 	Podrun, Agent string
 	// Logf, optional, gets the lab's progress (boot, rebuilds).
 	Logf func(format string, args ...any)
@@ -115,7 +116,7 @@ func New(cfg Config) (*Lab, error) {
 			continue
 		}
 		*out = filepath.Join(l.Dir(), filepath.Base(pkg))
-		if err := lab.BuildBinary(pkg, *out); err != nil {
+		if err := lab.BuildStaticBinary(pkg, *out); err != nil {
 			return c, fmt.Errorf("building %s: %w", pkg, err)
 		}
 	}
