@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/config/samples"
 )
 
@@ -61,6 +63,43 @@ func SampleBootFiles(sample string) (cluster string, files []BootFile, err error
 		return "", nil, fmt.Errorf("sample %s: names no cluster, or has no KubeadmControlPlane files", sample)
 	}
 	return cluster, files, nil
+}
+
+// SampleObjects returns the shipped sample's LoadBalancer and Secrets (config/samples/<sample>),
+// moved into namespace: labs run the LoadBalancer a user copies.
+func SampleObjects(sample, namespace string) (*lbv1.LoadBalancer, []*corev1.Secret, error) {
+	data, err := samples.FS.ReadFile(sample)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sample %s: %w", sample, err)
+	}
+	var lb *lbv1.LoadBalancer
+	var secrets []*corev1.Secret
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		switch u.GetKind() {
+		case "LoadBalancer":
+			lb = &lbv1.LoadBalancer{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, lb); err != nil {
+				return nil, nil, fmt.Errorf("sample %s: LoadBalancer: %w", sample, err)
+			}
+			lb.Namespace = namespace
+		case "Secret":
+			s := &corev1.Secret{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
+				return nil, nil, fmt.Errorf("sample %s: Secret: %w", sample, err)
+			}
+			s.Namespace = namespace
+			secrets = append(secrets, s)
+		}
+	}
+	if lb == nil {
+		return nil, nil, fmt.Errorf("sample %s has no LoadBalancer", sample)
+	}
+	return lb, secrets, nil
 }
 
 // SampleWorkerBootFiles reads the files of the shipped sample's KubeadmConfigTemplate (the

@@ -10,13 +10,20 @@ import (
 
 // BuildBinary runs `go build -o out pkg` from this module's root (pkg is a
 // package path such as "github.com/caplb/caplb/cmd/caplb" or "./cmd/caplb").
-func BuildBinary(pkg, out string) error {
+func BuildBinary(pkg, out string) error { return build(pkg, out, nil) }
+
+// BuildStaticBinary is BuildBinary with cgo off: a static binary, as in the agent's image
+// (distroless), for the lab's kubelet (podrun), which runs it in a root holding nothing else.
+func BuildStaticBinary(pkg, out string) error { return build(pkg, out, []string{"CGO_ENABLED=0"}) }
+
+func build(pkg, out string, env []string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w: %s", pkg, err, b)
 	}

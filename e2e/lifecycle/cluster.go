@@ -3,66 +3,25 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	"github.com/caplb/caplb/config/samples"
 	"github.com/caplb/caplb/e2e/harness"
+	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/testinfra"
 )
 
 // The lab's quiesce settings: the sample's drain (10 s) shortened so a rollout of three
 // Machines takes seconds, not minutes; still longer than a request.
 const labDrainPeriod = 2 * time.Second
-
-// sampleObjects returns the sample's LoadBalancer and Secrets, moved into namespace.
-func sampleObjects(sample, namespace string) (*lbv1.LoadBalancer, []*corev1.Secret, error) {
-	data, err := samples.FS.ReadFile(sample)
-	if err != nil {
-		return nil, nil, err
-	}
-	var lb *lbv1.LoadBalancer
-	var secrets []*corev1.Secret
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		switch u.GetKind() {
-		case "LoadBalancer":
-			lb = &lbv1.LoadBalancer{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, lb); err != nil {
-				return nil, nil, fmt.Errorf("sample %s: LoadBalancer: %w", sample, err)
-			}
-			lb.Namespace = namespace
-		case "Secret":
-			s := &corev1.Secret{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
-				return nil, nil, err
-			}
-			s.Namespace = namespace
-			secrets = append(secrets, s)
-		}
-	}
-	if lb == nil {
-		return nil, nil, fmt.Errorf("sample %s has no LoadBalancer", sample)
-	}
-	return lb, secrets, nil
-}
 
 // CreateCluster creates the Cluster (its control plane: the Machines with the control-plane
 // label), its kubeconfig Secret pointing at the workload API server, and the sample's
@@ -72,7 +31,7 @@ func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
 	if l.opts.Backend == BGP {
 		sample = "cluster_kubeadm_bgp.yaml"
 	}
-	lb, secrets, err := sampleObjects(sample, l.Namespace)
+	lb, secrets, err := lab.SampleObjects(sample, l.Namespace)
 	if err != nil {
 		return nil, err
 	}

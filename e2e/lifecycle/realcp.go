@@ -3,7 +3,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -22,14 +21,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/caplb/caplb/config/samples"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lab/kubeadm"
@@ -103,7 +99,7 @@ func newRealCP(dir, podrun, sample string) (*realCP, error) {
 	if err != nil {
 		return nil, err
 	}
-	args, err := sampleAPIServerArgs(sample)
+	args, err := kubeadm.SampleAPIServerArgs(sample)
 	if err != nil {
 		return nil, err
 	}
@@ -432,36 +428,4 @@ func (l *Lab) removeEtcdMember(ctx context.Context, n *Node) error {
 	}
 	defer e.Close()
 	return e.Remove(ctx, n.cp.Machine)
-}
-
-// sampleAPIServerArgs reads the API server flags of the sample's KubeadmControlPlane
-// (kubeadmConfigSpec.clusterConfiguration.apiServer.extraArgs): the lab's kubeadm runs with
-// exactly what the shipped sample asks for.
-func sampleAPIServerArgs(sample string) ([]kubeadm.Arg, error) {
-	data, err := samples.FS.ReadFile(sample)
-	if err != nil {
-		return nil, err
-	}
-	var out []kubeadm.Arg
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		if u.GetKind() != "KubeadmControlPlane" {
-			continue
-		}
-		list, _, _ := unstructured.NestedSlice(u.Object, "spec", "kubeadmConfigSpec", "clusterConfiguration", "apiServer", "extraArgs")
-		for i, item := range list {
-			m, _ := item.(map[string]any)
-			name, _, _ := unstructured.NestedString(m, "name")
-			value, _, _ := unstructured.NestedString(m, "value")
-			if name == "" {
-				return nil, fmt.Errorf("sample %s: apiServer.extraArgs[%d] has no name", sample, i)
-			}
-			out = append(out, kubeadm.Arg{Name: name, Value: value})
-		}
-	}
-	return out, nil
 }

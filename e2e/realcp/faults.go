@@ -311,8 +311,8 @@ func (c *Lab) firstFresh(ctx context.Context, since time.Time, limit time.Durati
 
 // Rebuild brings a killed machine back as KubeadmControlPlane's remediation would replace it:
 // its dead etcd member removed, then a fresh machine (new disk, same name, address and NIC)
-// joins as an etcd learner, is promoted, and runs the agent. It returns once the machine's
-// agent is eligible and one machine holds the VIP.
+// joins as an etcd learner, is promoted, and runs the agent from caplb's bootstrap files written
+// on its new disk. It returns once the machine's agent is eligible and one machine holds the VIP.
 func (c *Lab) Rebuild(ctx context.Context, name string) error {
 	m := c.machine(name)
 	if m == nil || m.nl != nil {
@@ -347,9 +347,6 @@ func (c *Lab) Rebuild(ctx context.Context, name string) error {
 	}
 	if err := c.join(ctx, m, via); err != nil {
 		return fmt.Errorf("rebuild %s: %w", name, err)
-	}
-	if err := c.writeAgentConfig(m, c.gossipKey); err != nil {
-		return err
 	}
 	if err := c.startAgent(m); err != nil {
 		return err

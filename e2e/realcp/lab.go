@@ -1,8 +1,10 @@
 //go:build linux
 
 // Package realcp runs caplb's ARP agent in front of a real control plane: three machines whose
-// etcd cluster and kube-apiservers are made by real kubeadm (e2e/lab/kubeadm) and run from
-// kubeadm's manifests, the agents checking the real /readyz. It drives the faults a real
+// etcd cluster and kube-apiservers are made by real kubeadm (e2e/lab/kubeadm, with the shipped
+// sample's API server flags) and run from kubeadm's manifests, the agents booted from the files
+// caplb's manager renders for the sample's LoadBalancer (agent.go) and checking the real /readyz.
+// It drives the faults a real
 // control plane adds to the stand-in labs — etcd losing quorum (every /readyz fails at once) and
 // a machine killed hard while etcd keeps quorum — for its test (one trial each, asserted) and for
 // `make bench-rollout`'s fault pass (e2e/bench/rollout: several trials, figures).
@@ -22,9 +24,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"sigs.k8s.io/yaml"
 
-	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lab/kubeadm"
@@ -43,8 +43,9 @@ type Config struct {
 	Name string
 	// BinDir holds kubeadm, etcd and kube-apiserver (`make testbin`); empty: envtest.BinaryDir().
 	BinDir string
-	// Podrun and Agent are prebuilt binaries of ./e2e/lab/podrun and ./cmd/caplb-agent; empty:
-	// built into the lab's directory.
+	// Podrun and Agent are prebuilt binaries of ./e2e/lab/podrun and ./cmd/caplb-agent (the
+	// agent static, CGO_ENABLED=0: the lab's kubelet runs it in a root holding nothing else);
+	// empty: built so into the lab's directory.
 	Podrun, Agent string
 	// Logf, optional, gets the lab's progress (boot, rebuilds).
 	Logf func(format string, args ...any)
@@ -56,7 +57,6 @@ type machine struct {
 	ns                   *lab.Netns
 	nl                   *netlink.Handle
 	etcd, apiserver, agt *lab.Process
-	agentConfig          string
 	// mac is eth0's address, kept when the machine is rebuilt (the same NIC on a fresh disk);
 	// generation counts the rebuilds (each gets a new root).
 	mac        string
@@ -71,14 +71,15 @@ type Lab struct {
 	client   *lab.Netns
 	machines []*machine
 	cluster  kubeadm.Cluster
-	bins     kubeadm.Binaries
-	agent    string
+	// bins are what the lab's kubelet runs: etcd, kube-apiserver and caplb's agent.
+	bins kubeadm.Binaries
+	// boot is caplb's bootstrap for every machine (rendered once the machines are known).
+	boot bootstrap
 	// ca verifies the API servers (the cluster CA, read once the first machine has it).
 	ca *x509.CertPool
 	// adminConf and superAdminConf are kubeadm init's kubeconfigs, copied off the first
 	// machine's disk (which a hard kill and rebuild wipes; they stay valid: same CA).
 	adminConf, superAdminConf string
-	gossipKey                 string
 }
 
 // New makes an empty lab (its directory; the binaries it builds). Close it in every case, also
@@ -102,15 +103,20 @@ func New(cfg Config) (*Lab, error) {
 		return nil, err
 	}
 	c := &Lab{cfg: cfg, l: l}
-	c.cluster = kubeadm.Cluster{Name: "realcp", Endpoint: vip, Kubeadm: filepath.Join(cfg.BinDir, "kubeadm"), KubernetesVersion: envtest.K8sVersion}
-	c.bins = kubeadm.Binaries{Podrun: cfg.Podrun, Etcd: filepath.Join(cfg.BinDir, "etcd"), APIServer: filepath.Join(cfg.BinDir, "kube-apiserver")}
-	c.agent = cfg.Agent
-	for pkg, out := range map[string]*string{"./e2e/lab/podrun": &c.bins.Podrun, "./cmd/caplb-agent": &c.agent} {
+	args, err := kubeadm.SampleAPIServerArgs(sample)
+	if err != nil {
+		return c, err
+	}
+	c.cluster = kubeadm.Cluster{Name: "realcp", Endpoint: vip, Kubeadm: filepath.Join(cfg.BinDir, "kubeadm"),
+		KubernetesVersion: envtest.K8sVersion, APIServerArgs: args}
+	c.bins = kubeadm.Binaries{Podrun: cfg.Podrun, Etcd: filepath.Join(cfg.BinDir, "etcd"),
+		APIServer: filepath.Join(cfg.BinDir, "kube-apiserver"), Agent: cfg.Agent}
+	for pkg, out := range map[string]*string{"./e2e/lab/podrun": &c.bins.Podrun, "./cmd/caplb-agent": &c.bins.Agent} {
 		if *out != "" {
 			continue
 		}
 		*out = filepath.Join(l.Dir(), filepath.Base(pkg))
-		if err := lab.BuildBinary(pkg, *out); err != nil {
+		if err := lab.BuildStaticBinary(pkg, *out); err != nil {
 			return c, fmt.Errorf("building %s: %w", pkg, err)
 		}
 	}
@@ -153,13 +159,10 @@ func (c *Lab) Boot(ctx context.Context) error {
 		}
 		c.logf("%s: joined (etcd learner promoted)", m.Name)
 	}
-	if c.gossipKey, err = lab.WriteGossipKey(filepath.Join(c.l.Dir(), "gossip.key")); err != nil {
+	if c.boot, err = c.renderBootstrap(); err != nil {
 		return err
 	}
 	for _, m := range c.machines {
-		if err := c.writeAgentConfig(m, c.gossipKey); err != nil {
-			return err
-		}
 		if err := c.startAgent(m); err != nil {
 			return err
 		}
@@ -183,11 +186,11 @@ func (c *Lab) LogTail(lines int) string { return c.l.LogTail(lines) }
 func (c *Lab) AgentLogs(since time.Time) string {
 	var b strings.Builder
 	for _, m := range c.machines {
-		f, err := os.ReadFile(c.l.LogPath(m.Name + "-agent"))
+		f, err := os.ReadFile(c.agentLog(m))
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(&b, "==> %s-agent <==\n", m.Name)
+		fmt.Fprintf(&b, "==> %s-%s <==\n", m.Name, agentPod)
 		for _, line := range strings.Split(string(f), "\n") {
 			if at, ok := logTime(line); ok && !at.Before(since) && isDecision(line) {
 				b.WriteString(line + "\n")
@@ -335,32 +338,6 @@ func (c *Lab) join(ctx context.Context, m, via *machine) error {
 		return err
 	}
 	return c.waitReady(ctx, m, 90*time.Second)
-}
-
-// writeAgentConfig is the ARP agent's configuration on m: static members, the health check on
-// the local API server's /readyz with kubeadm's CA, as caplb renders it for a kubeadm node.
-func (c *Lab) writeAgentConfig(m *machine, gossipKey string) error {
-	cfg := agentv1.New()
-	cfg.NodeName = m.Name
-	cfg.VIPs = []string{vip.String()}
-	cfg.Port = kubeadm.APIPort
-	cfg.Health = agentv1.HealthConfig{URL: "https://127.0.0.1:6443/readyz", CAFile: m.Path(filepath.Join(kubeadm.PKIDir, "ca.crt"))}
-	cfg.Admin = agentv1.AdminConfig{Listen: "127.0.0.1:7473", ControlSocket: filepath.Join(c.l.Dir(), m.Name+"-control.sock")}
-	cfg.Election = agentv1.ElectionConfig{SecretKeyFile: gossipKey}
-	for _, o := range c.machines {
-		cfg.Members = append(cfg.Members, agentv1.MemberConfig{Name: o.Name, Address: o.Addr.String()})
-	}
-	b, err := yaml.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	m.agentConfig = filepath.Join(c.l.Dir(), m.Name+"-agent.yaml")
-	return os.WriteFile(m.agentConfig, b, 0o600)
-}
-
-func (c *Lab) startAgent(m *machine) (err error) {
-	m.agt, err = m.ns.Start(m.Name+"-agent", []string{c.agent, "agent", "--config", m.agentConfig}, nil)
-	return err
 }
 
 // Holders lists the machines whose eth0 carries the VIP (the kernel's truth).

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"golang.org/x/sys/unix"
 
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/kubeadm"
 	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
 )
 
@@ -26,6 +28,22 @@ func TestRealControlPlane(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 
 	g.Eventually(c.Holders, 30*time.Second, 50*time.Millisecond).Should(HaveLen(1), "one machine holds the VIP")
+	// The agents run as the rendered static pod grants (the lab's kubelet execs them with it):
+	// NET_ADMIN and NET_RAW only, none to pass on, no privilege to gain.
+	netCaps := uint64(1)<<unix.CAP_NET_ADMIN | uint64(1)<<unix.CAP_NET_RAW
+	g.Eventually(c.AgentPrivileges, 10*time.Second, 100*time.Millisecond).Should(And(HaveLen(3), HaveEach(Privileges{
+		Command: "caplb-agent", Effective: netCaps, Permitted: netCaps, Bounding: netCaps, NoNewPrivs: true})))
+	// The kube-apiservers run with the sample's flags (kubeadm's extraArgs, in their manifests).
+	args, err := kubeadm.SampleAPIServerArgs(sample)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(args).To(ContainElements(HaveField("Name", "shutdown-delay-duration"), HaveField("Name", "goaway-chance")))
+	for _, m := range c.machines {
+		cmd, err := c.APIServerArgs(m.Name)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, a := range args {
+			g.Expect(cmd).To(ContainElement("--"+a.Name+"="+a.Value), "%s's kube-apiserver", m.Name)
+		}
+	}
 	g.Eventually(func() error { return Write(ctx, cs, "boot") }, 30*time.Second, 200*time.Millisecond).Should(Succeed(),
 		"client-go with kubeadm's admin.conf writes through the VIP")
 

@@ -157,6 +157,25 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	return c
 }
 
+// RenderAgentConfig is the agent configuration the manager writes into lb's bootstrap Secret
+// (agent.yaml) for the VIP vip and membership m, checked by the agent's own validation.
+// passwords lists the BGP peers (by index) whose TCP-MD5 password the Secret carries. Labs that
+// boot machines without a manager render their agents' files with it, so they run what a user's
+// node runs.
+func RenderAgentConfig(lb *lbv1.LoadBalancer, vip string, m agentv1.Membership, passwords map[int]bool) (agentv1.AgentConfiguration, error) {
+	cfg := renderConfig(lb, renderInput{vip: vip, membership: m, passwords: passwords})
+	if err := validateRendered(cfg); err != nil {
+		return agentv1.AgentConfiguration{}, err
+	}
+	return cfg, nil
+}
+
+// RenderAgentManifest is the agent's static pod the manager writes into lb's bootstrap Secret
+// (caplb-agent.yaml), running image.
+func RenderAgentManifest(lb *lbv1.LoadBalancer, image string) ([]byte, error) {
+	return renderManifest(lb, image)
+}
+
 // renderHealth builds the agent's health check from spec.backend.<kind>.agent.health. Unset
 // (or https on the defaults) it is exactly the API server check caplb always rendered.
 func renderHealth(a lbv1.AgentSpec, fl Flavor, port int) agentv1.HealthConfig {

@@ -278,3 +278,29 @@ func TestEnsureRefusesDamagedMembership(t *testing.T) {
 	_, err = b.Ensure(context.Background(), lb, nil)
 	g.Expect(err).To(MatchError(ContainSubstring(agentv1.SecretMembershipKey)))
 }
+
+// The exported renderers are what the manager writes: a lab that boots machines from them (e2e/realcp)
+// runs the agent files a user's node gets.
+func TestRenderAgentFilesAreTheSecrets(t *testing.T) {
+	g := NewWithT(t)
+	lb := arpLB()
+	lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{Drain: &lbv1.Duration{Duration: 5 * time.Second}}
+	c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(lb).Build()
+	_, err := NewARP(Options{Client: c, AgentImage: "img:1"}).Ensure(context.Background(), lb, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	sec := &corev1.Secret{}
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: SecretName(lb)}, sec)).To(Succeed())
+
+	cfg, err := RenderAgentConfig(lb, "192.0.2.10", agentv1.Membership{Members: []agentv1.MemberConfig{}}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := MarshalConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(Equal(string(sec.Data[agentv1.SecretConfigKey])))
+	man, err := RenderAgentManifest(lb, "img:1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(man)).To(Equal(string(sec.Data[agentv1.SecretManifestKey])))
+
+	lb.Spec.Backend.ARP.Agent.Timers.ProbeInterval = &lbv1.Duration{Duration: -time.Second}
+	_, err = RenderAgentConfig(lb, "192.0.2.10", agentv1.Membership{}, nil)
+	g.Expect(err).To(MatchError(ContainSubstring("rendered agent configuration is invalid")), "never a file the agent refuses")
+}

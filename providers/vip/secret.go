@@ -145,12 +145,12 @@ func (b *Backend) writeSecret(ctx context.Context, lb *lbv1.LoadBalancer, sec *c
 	if err != nil {
 		return err
 	}
-	in := renderInput{vip: vip, membership: m, passwords: map[int]bool{}}
+	passwords := map[int]bool{}
 	for i := range pw {
-		in.passwords[i] = true
+		passwords[i] = true
 	}
-	cfg := renderConfig(lb, in)
-	if err := validateRendered(cfg); err != nil {
+	cfg, err := RenderAgentConfig(lb, vip, m, passwords)
+	if err != nil {
 		return err
 	}
 	cfgYAML, err := marshalConfig(cfg)
@@ -161,7 +161,7 @@ func (b *Backend) writeSecret(ctx context.Context, lb *lbv1.LoadBalancer, sec *c
 	if image == "" {
 		image = b.opts.AgentImage
 	}
-	manifest, err := renderManifest(lb, image)
+	manifest, err := RenderAgentManifest(lb, image)
 	if err != nil {
 		return err
 	}

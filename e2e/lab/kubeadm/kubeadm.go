@@ -26,8 +26,10 @@ const (
 	PKIDir        = "/etc/kubernetes/pki"
 	ManifestsDir  = "/etc/kubernetes/manifests"
 	AdminConfPath = "/etc/kubernetes/admin.conf"
-	EtcdManifest  = ManifestsDir + "/etcd.yaml"
-	APIManifest   = ManifestsDir + "/kube-apiserver.yaml"
+	// KubeletConfPath is the kubelet's kubeconfig (system:node:<name>).
+	KubeletConfPath = "/etc/kubernetes/kubelet.conf"
+	EtcdManifest    = ManifestsDir + "/etcd.yaml"
+	APIManifest     = ManifestsDir + "/kube-apiserver.yaml"
 	// APIPort is the API server's port on every machine and on the endpoint.
 	APIPort = 6443
 	// EtcdClientPort and EtcdPeerPort are etcd's (kubeadm's defaults).
@@ -84,13 +86,16 @@ type Runner interface {
 	Run(ctx context.Context, argv ...string) (string, error)
 }
 
-// Init writes the first machine's files: kubeadm's whole PKI, the admin and super-admin
-// kubeconfigs, and the static-pod manifests of a new single-member etcd and of the API server.
+// Init writes the first machine's files: kubeadm's whole PKI, the admin, super-admin and kubelet
+// kubeconfigs (the kubelet's as kubeadm init writes it for the node: a static pod that mounts it,
+// caplb's agent, starts only once it is there), and the static-pod manifests of a new
+// single-member etcd and of the API server.
 func (c Cluster) Init(ctx context.Context, m Machine, on Runner) error {
 	if err := c.writeConfig(m, nil); err != nil {
 		return err
 	}
-	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "etcd local", "control-plane apiserver")
+	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
+		"etcd local", "control-plane apiserver")
 }
 
 // NewSharedKeys makes the cluster's shared keys the way KubeadmControlPlane does before its

@@ -193,6 +193,8 @@ func expectKubeadmFiles(g Gomega, m Machine, c Cluster) {
 	info, err := os.Stat(m.Path(filepath.Join(PKIDir, "ca.key")))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)), "keys are 0600 as kubeadm writes them")
+	_, err = os.Stat(m.Path(KubeletConfPath))
+	g.Expect(err).NotTo(HaveOccurred(), "the kubelet's kubeconfig, which caplb's agent pod mounts")
 }
 
 func parseCert(g Gomega, b []byte) *x509.Certificate {

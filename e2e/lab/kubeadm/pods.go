@@ -11,11 +11,17 @@ import (
 	"github.com/caplb/caplb/e2e/lab"
 )
 
-// Binaries are what the lab's kubelet runs for kubeadm's images: the lab kubelet (podrun) and
-// the etcd and kube-apiserver binaries of `make testbin`.
+// Binaries are what the lab's kubelet runs for the static pods' images: the lab kubelet
+// (podrun), the etcd and kube-apiserver binaries of `make testbin` for kubeadm's, and
+// optionally caplb's agent for the caplb-agent.yaml a bootstrap wrote (e2e/realcp).
 type Binaries struct {
 	Podrun, Etcd, APIServer string
+	Agent                   string
 }
+
+// AgentManifest is where caplb's bootstrap writes the agent's static pod on a kubeadm node
+// (providers/vip: the flavor's manifest directory and ManifestFile).
+const AgentManifest = ManifestsDir + "/caplb-agent.yaml"
 
 // Kubelet runs a machine's static pods the way the kubelet does, one podrun per manifest, in
 // the machine's network namespace.
@@ -37,7 +43,10 @@ func (k Kubelet) Start(manifest string) (*lab.Process, error) {
 		bin = k.Bins.Etcd
 	case "kube-apiserver":
 		bin = k.Bins.APIServer
-	default:
+	case "caplb-agent":
+		bin = k.Bins.Agent
+	}
+	if bin == "" {
 		return nil, fmt.Errorf("static pod %s: the lab has no binary for it", pod)
 	}
 	rootfs := filepath.Join(k.Scratch, k.Machine.Name, pod)
@@ -45,7 +54,8 @@ func (k Kubelet) Start(manifest string) (*lab.Process, error) {
 		return nil, err
 	}
 	// Any image: each podrun runs one manifest, and kubeadm names the image by its registry
-	// and tag (registry.k8s.io/etcd:<v>, registry.k8s.io/kube-apiserver:<v>).
+	// and tag (registry.k8s.io/etcd:<v>, registry.k8s.io/kube-apiserver:<v>), caplb by the
+	// manager's --agent-image.
 	return k.NS.Start(k.Machine.Name+"-"+pod, []string{"unshare", "--mount", "--uts", "--propagation", "private",
 		k.Bins.Podrun, "-root", k.Machine.Root, "-rootfs", rootfs, "-manifest", manifest,
 		"-hostname", k.Machine.Name, "-image", "*=" + bin}, nil)
