@@ -46,13 +46,14 @@ const liveReadTimeout = 8 * time.Second
 // The webhook server does not authenticate its caller: anyone who reaches :9443 can send an
 // AdmissionReview, for any namespace. Hence the bounded live reads (MaxLiveReads), a namespace
 // that must be named and match the object's (never a cluster-wide list), and denials that name
-// no stored object (docs/install.md, The validating webhook).
+// no stored object (docs/install.md, Restricting who reaches the webhook).
 type PublisherValidator struct {
 	// Reader lists the namespace's LoadBalancers. SetupWebhook gives it the manager's API reader,
 	// not its cache: the cache learns of a new LoadBalancer only when the watch delivers it, and
 	// the case this webhook exists for is two publishers applied from one manifest, milliseconds
 	// apart — the cache would miss the first. (A cached "conflict" could skip the live read, but
-	// a forged review need not conflict, so it would not bound anything the semaphore does not.)
+	// a forged review need not conflict, so that bounds nothing the semaphore does not, and a
+	// lagging cache would refuse a successor created right after its predecessor's delete.)
 	// The read is a namespace list: the API server cannot select on spec.clusterName, and a
 	// cluster-name label is not on every LoadBalancer (a selector would miss unlabelled
 	// publishers). It is made only when a LoadBalancer is created as a publisher or turned into
