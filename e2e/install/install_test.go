@@ -238,7 +238,7 @@ func runStaticLoadBalancer(ctx context.Context, t *testing.T, env *harness.Env, 
 	second.Status = lbv1.LoadBalancerStatus{}
 	g.Expect(env.Client.Create(ctx, second)).To(MatchError(And(
 		ContainSubstring(`admission webhook "vloadbalancer.loadbalancer.cluster.x-k8s.io" denied the request`),
-		ContainSubstring("spec.publishClusterEndpoint: Forbidden: LoadBalancer lb already publishes the endpoint of Cluster c"))))
+		ContainSubstring("spec.publishClusterEndpoint: Forbidden: another LoadBalancer of Cluster c already publishes its endpoint"))))
 	second.Spec.PublishClusterEndpoint = ptr.To(false)
 	g.Expect(env.Client.Create(ctx, second)).To(Succeed(), "an additional endpoint is admitted")
 	g.Expect(env.Client.Delete(ctx, second)).To(Succeed())

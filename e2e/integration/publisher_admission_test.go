@@ -81,10 +81,10 @@ func (s *suite) registerPublisherWebhook(t *testing.T, ns string) {
 // The publisher rule at admission, on the real API server with the shipped webhook
 // configuration and the manager's webhook server (its uncached reader under the shipped RBAC):
 // the first publisher is admitted; a second is refused with a message naming
-// spec.publishClusterEndpoint and the fix; the same LoadBalancer with publishClusterEndpoint:
-// false is admitted, and turning it into a publisher is refused; once the first is deleted, it
-// may publish, and it does, and a third is refused in its name. The manager's own finalizer
-// patches pass all along.
+// spec.publishClusterEndpoint and the fix (not the publisher: the webhook's caller is not
+// authenticated); the same LoadBalancer with publishClusterEndpoint: false is admitted, and
+// turning it into a publisher is refused; once the first is deleted, it may publish, and it
+// does, and a third is refused. The manager's own finalizer patches pass all along.
 func testPublisherAdmission(t *testing.T, s *suite) {
 	g := NewWithT(t)
 	ext, err := harness.Listen(0, "127.0.0.1")
@@ -119,8 +119,9 @@ func testPublisherAdmission(t *testing.T, s *suite) {
 	}
 	refusal := And(
 		ContainSubstring(fmt.Sprintf("admission webhook %q denied the request", controllers.ValidatingWebhookName)),
-		ContainSubstring("spec.publishClusterEndpoint: Forbidden: LoadBalancer lb already publishes the endpoint of Cluster c; "+
-			"set spec.publishClusterEndpoint: false on this one (it still holds its own hooks and serves its endpoint), or on lb first"))
+		ContainSubstring("spec.publishClusterEndpoint: Forbidden: another LoadBalancer of Cluster c already publishes its endpoint; "+
+			"set spec.publishClusterEndpoint: false on this one (it still holds its own hooks and serves its endpoint), or on that one first "+
+			"(kubectl get loadbalancers -n "+f.ns+" lists them with their Cluster)"))
 	// The API server loads a new webhook configuration asynchronously: dry runs (the webhook has
 	// no side effects, so it is called for them) tell when it is in force.
 	g.Eventually(func() error {
@@ -173,5 +174,5 @@ func testPublisherAdmission(t *testing.T, s *suite) {
 	third := second(nil)
 	third.Name = "third"
 	g.Expect(s.env.Client.Create(f.ctx, third, client.DryRunAll)).To(MatchError(ContainSubstring(
-		"LoadBalancer second already publishes the endpoint of Cluster c")), "the second is now the publisher")
+		"another LoadBalancer of Cluster c already publishes its endpoint")), "the second is now the publisher")
 }

@@ -2,6 +2,7 @@ package release
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,11 +11,16 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
 	utilyaml "sigs.k8s.io/cluster-api/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/caplb/caplb/controllers"
 )
@@ -137,4 +143,75 @@ func TestWebhookComponents(t *testing.T) {
 	}
 	g.Expect(volume).NotTo(BeEmpty(), "the manager mounts the Certificate's Secret %s", secretName)
 	g.Expect(c.VolumeMounts).To(ContainElement(And(HaveField("Name", volume), HaveField("MountPath", certDir), HaveField("ReadOnly", true))))
+}
+
+// The optional NetworkPolicy (config/networkpolicy) fits the manager it guards: it selects the
+// manager's pods, lets the webhook port in only from an ipBlock (the API server's addresses),
+// and keeps every other port the manager container declares open, so applying it takes nothing
+// from metrics or probes. config/default does not include it: its CIDR is per platform.
+func TestWebhookNetworkPolicy(t *testing.T) {
+	g := NewWithT(t)
+	o := testOptions(t)
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(o.Root, "config", "networkpolicy"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rm.Resources()).To(HaveLen(1))
+	m, err := rm.Resources()[0].Map()
+	g.Expect(err).NotTo(HaveOccurred())
+	np := &networkingv1.NetworkPolicy{}
+	g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(m, np)).To(Succeed())
+
+	out, err := Components(o)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(out)).NotTo(ContainSubstring("kind: NetworkPolicy"), "not enabled by default")
+	processed, err := yamlprocessor.NewSimpleProcessor().Process(out, func(string) (string, error) { return "", os.ErrNotExist })
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := utilyaml.ToUnstructured(processed)
+	g.Expect(err).NotTo(HaveOccurred())
+	d := &appsv1.Deployment{}
+	for _, obj := range objs {
+		if obj.GetKind() == "Deployment" {
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, d)).To(Succeed())
+		}
+	}
+	g.Expect(np.Namespace).To(Equal(d.Namespace))
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(np.Spec.PodSelector.MatchLabels).NotTo(BeEmpty())
+	g.Expect(sel.Matches(labels.Set(d.Spec.Template.Labels))).To(BeTrue(), "the policy selects the manager's pods")
+	g.Expect(np.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
+
+	var c corev1.Container
+	for _, cc := range d.Spec.Template.Spec.Containers {
+		if cc.Name == ManagerContainer {
+			c = cc
+		}
+	}
+	// A rule's port, resolved against the container's ports as the network plugin does.
+	matches := func(p networkingv1.NetworkPolicyPort, cp corev1.ContainerPort) bool {
+		return p.Port == nil || (p.Port.Type == intstr.String && p.Port.StrVal == cp.Name) ||
+			(p.Port.Type == intstr.Int && p.Port.IntVal == cp.ContainerPort)
+	}
+	g.Expect(c.Ports).NotTo(BeEmpty())
+	for _, cp := range c.Ports {
+		var rules []networkingv1.NetworkPolicyIngressRule
+		for _, r := range np.Spec.Ingress {
+			for _, p := range r.Ports {
+				if matches(p, cp) {
+					rules = append(rules, r)
+				}
+			}
+		}
+		g.Expect(rules).NotTo(BeEmpty(), "port %s (%d) is let in by no rule", cp.Name, cp.ContainerPort)
+		if cp.Name != "webhook-server" {
+			continue
+		}
+		for _, r := range rules {
+			g.Expect(r.From).NotTo(BeEmpty(), "the webhook port is open to every source")
+			for _, peer := range r.From {
+				g.Expect(peer.IPBlock).NotTo(BeNil(), "the webhook port admits pods: %+v", peer)
+				g.Expect(peer.PodSelector).To(BeNil())
+				g.Expect(peer.NamespaceSelector).To(BeNil())
+			}
+		}
+	}
 }
