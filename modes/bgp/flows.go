@@ -24,6 +24,8 @@ type flowTable interface {
 	SetPeers(peers []netip.Addr) error
 	Forwarded() uint64
 	Held() uint64
+	HoldFull() uint64
+	CopiesLimited() uint64
 	Close() error
 }
 
@@ -31,7 +33,7 @@ type flowTable interface {
 // run without root.
 type flowKernel struct {
 	list         func(vips []netip.Addr, ports []uint16) ([]flows.Flow, error)
-	newForwarder func() (flowTable, error)
+	newForwarder func(cfg flows.ForwarderConfig) (flowTable, error)
 	// removeStale deletes the tables a killed earlier run left.
 	removeStale func() error
 	// gateway is the router the node reaches addr through; invalid when addr is on-link.
@@ -50,7 +52,7 @@ var (
 func kernelFlows() flowKernel {
 	return flowKernel{
 		list:         flows.List,
-		newForwarder: func() (flowTable, error) { return flows.NewForwarder() },
+		newForwarder: func(cfg flows.ForwarderConfig) (flowTable, error) { return flows.NewForwarder(cfg) },
 		removeStale:  flows.RemoveStale,
 		gateway:      gatewayTo,
 		sampleBusy:   flows.SampleBusy,
@@ -153,7 +155,7 @@ func (s *Speaker) ensureForwarderLocked() error {
 	if s.fwd != nil {
 		return nil
 	}
-	fwd, err := s.flowKernel.newForwarder()
+	fwd, err := s.flowKernel.newForwarder(flows.ForwarderConfig{Ports: s.servedPorts})
 	if err != nil {
 		return fmt.Errorf("bgp.flowSharing: %w", err)
 	}
@@ -197,6 +199,14 @@ func (s *Speaker) countForwardedLocked() {
 	if n := s.fwd.Held(); n > s.held {
 		s.metrics.flowHeld.Add(float64(n - s.held))
 		s.held = n
+	}
+	if n := s.fwd.HoldFull(); n > s.holdFull {
+		s.metrics.flowHoldFull.Add(float64(n - s.holdFull))
+		s.holdFull = n
+	}
+	if n := s.fwd.CopiesLimited(); n > s.copiesLimited {
+		s.metrics.flowCopiesLimited.Add(float64(n - s.copiesLimited))
+		s.copiesLimited = n
 	}
 }
 
