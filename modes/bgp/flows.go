@@ -32,7 +32,7 @@ type flowTable interface {
 // flowKernel is how the speaker reaches the kernel for flow sharing; a field, so that unit tests
 // run without root.
 type flowKernel struct {
-	list         func(vips []netip.Addr, ports []uint16) ([]flows.Flow, error)
+	list         func(vips []netip.Addr, ports []uint16) (flows.Listing, error)
 	newForwarder func(cfg flows.ForwarderConfig) (flowTable, error)
 	// removeStale deletes the tables a killed earlier run left.
 	removeStale func() error
@@ -89,7 +89,23 @@ func (s *Speaker) LocalFlows() ([]flows.Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing connections to the VIPs: %w", err)
 	}
-	return l, nil
+	s.noteCut(l.Cut)
+	return l.Flows, nil
+}
+
+// noteCut counts the connections left out of this node's list (flows.PerClient, flows.MaxFlows):
+// the others reset them if the routers move them; said when the count of them changes.
+func (s *Speaker) noteCut(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n > 0 {
+		s.metrics.flowsCut.Add(float64(n))
+	}
+	if n != s.flowsCut {
+		s.log.Info("flow sharing: connections left out of this node's list (the oldest are kept, at most per client address and in all); the routers' rehashes reset those",
+			"left out", n, "per client address", flows.PerClient, "in all", flows.MaxFlows)
+		s.flowsCut = n
+	}
 }
 
 // SetForeignFlows programs the forwarding of other members' flows; the kernel tables are created
@@ -283,7 +299,7 @@ func (s *Speaker) hasFlowsLocked(v netip.Addr) bool {
 		s.log.Error(err, "listing connections to a withdrawn VIP; keeping it a moment longer", "vip", v)
 		return true
 	}
-	return len(l) > 0
+	return len(l.Flows) > 0
 }
 
 // closeFlowsLocked removes the forwarding tables.

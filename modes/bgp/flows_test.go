@@ -101,7 +101,7 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 		var listErr error
 		table := &fakeFlowTable{}
 		s, addrs := bareSpeaker(t, flowKernel{
-			list:         func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) { return open, listErr },
+			list:         func(v []netip.Addr, _ []uint16) (flows.Listing, error) { return flows.Listing{Flows: open}, listErr },
 			newForwarder: func(flows.ForwarderConfig) (flowTable, error) { return table, nil },
 		})
 		s.keepWhileFlows = sharing
@@ -155,11 +155,11 @@ func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 	open := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
 	var resets []netip.Addr
 	s, addrs := bareSpeaker(t, flowKernel{
-		list: func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) {
+		list: func(v []netip.Addr, _ []uint16) (flows.Listing, error) {
 			if len(v) == 0 {
-				return nil, nil
+				return flows.Listing{}, nil
 			}
-			return open, nil
+			return flows.Listing{Flows: open}, nil
 		},
 		newForwarder: func(flows.ForwarderConfig) (flowTable, error) { return &fakeFlowTable{}, nil },
 		reset: func(v netip.Addr, _ time.Duration) (int, error) {
@@ -194,4 +194,19 @@ func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 	if s.lingerTimer != nil {
 		s.lingerTimer.Stop()
 	}
+}
+
+// TestLocalFlowsCountsWhatIsLeftOut: connections the list leaves out (flows.PerClient,
+// flows.MaxFlows) are counted.
+func TestLocalFlowsCountsWhatIsLeftOut(t *testing.T) {
+	g := NewWithT(t)
+	vip := netip.MustParseAddr("10.0.0.100")
+	kept := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
+	s, _ := bareSpeaker(t, flowKernel{
+		list: func([]netip.Addr, []uint16) (flows.Listing, error) { return flows.Listing{Flows: kept, Cut: 5}, nil },
+	})
+	s.announced[vip] = true
+	g.Expect(s.LocalFlows()).To(Equal(kept))
+	g.Expect(s.LocalFlows()).To(Equal(kept))
+	g.Expect(metricValue(t, s.metrics.flowsCut)).To(Equal(10.0))
 }

@@ -22,6 +22,8 @@ type metrics struct {
 	// flowHoldFull and flowCopiesLimited count what the bounds on held segments cut.
 	flowHoldFull      prometheus.Counter
 	flowCopiesLimited prometheus.Counter
+	// flowsCut counts connections left out of this node's shared list.
+	flowsCut prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		flowCopiesLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "caplb_bgp_flow_copies_limited_total",
 			Help: "Held packets not copied to the other members: over the copy rate (flow sharing). Their owner gets the client's retransmission after its next list.",
+		}),
+		flowsCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_flows_left_out_total",
+			Help: "Connections left out of this node's shared list, summed over the lists read (flow sharing): beyond the per-client-address cap or the list's size. A rehash resets them.",
 		}),
 	}
 	if reg == nil {
@@ -133,7 +139,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	} else {
 		errs = append(errs, err)
 	}
-	for _, c := range []*prometheus.Counter{&m.flowHeld, &m.flowHoldFull, &m.flowCopiesLimited} {
+	for _, c := range []*prometheus.Counter{&m.flowHeld, &m.flowHoldFull, &m.flowCopiesLimited, &m.flowsCut} {
 		if got, err := register(*c); err == nil {
 			*c = got.(prometheus.Counter)
 		} else {
