@@ -79,6 +79,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bgp needs its section", validYAML + "mode: bgp\n", []string{"bgp: is required in bgp mode"}},
 		{"bgp ipv6 vip without an ipv6 peer", validYAML + "mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
 			[]string{"vips: bgp.peers: VIP 2001:db8::10 needs an IPv6 peer"}},
+		{"bgp flow sharing needs the gossip key", strings.NewReplacer("  secretKeyFile: /etc/caplb/gossip.key\n", "  insecure: true\n", `, "2001:db8::10"`, "").Replace(validYAML) +
+			"mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
+			[]string{"election.insecure: cannot carry bgp.flowSharing", "bgp.flowSharing: false"}},
 		{"several errors at once", "vips: []\nmembers: []\nport: 70000\n",
 			[]string{"vips: is empty", "members: is empty", "port: 70000 is out of range"}},
 	}

@@ -310,7 +310,7 @@ func startFlowSharing(cfg *agentv1.AgentConfiguration, store *memberStore, log l
 	if !cfg.Membership.Dynamic && len(cfg.Members) == 0 {
 		return nil, nil, fmt.Errorf("bgp.flowSharing: no members configured to share with (members, or membership.dynamic)")
 	}
-	if cfg.Election.SecretKeyFile == "" && !cfg.Election.Insecure {
+	if cfg.Election.SecretKeyFile == "" {
 		// The lists steer packets: they must come from members.
 		return nil, nil, fmt.Errorf("bgp.flowSharing: election.secretKeyFile is empty; the flow lists must be authenticated: give a gossip key file (16, 24 or 32 bytes, mode 0600), or set bgp.flowSharing: false")
 	}
