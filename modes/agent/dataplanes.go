@@ -23,11 +23,7 @@ func newDataplane(cfg *agentv1.AgentConfiguration, log logr.Logger, reg promethe
 		// A withdrawn member serves its connections (flow sharing) for the drain and the busy
 		// drain, as an ARP holder hands over, and a second more for the last GOAWAY's answer.
 		flowCap := cfg.Quiesce.Drain.Duration + cfg.Quiesce.BusyDrain.Duration + time.Second
-		ports := []uint16{uint16(cfg.Port)}
-		for _, p := range cfg.ExtraPorts {
-			ports = append(ports, uint16(p))
-		}
-		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg, bgp.WithFlowLingerCap(flowCap), bgp.WithServedPorts(ports))
+		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg, bgp.WithFlowLingerCap(flowCap), bgp.WithServedPorts(rules{cfg: cfg}.ports()))
 		if err != nil {
 			return nil, "", fmt.Errorf("bgp: %w", err)
 		}
