@@ -81,6 +81,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			[]string{"vips: bgp.peers: VIP 2001:db8::10 needs an IPv6 peer"}},
 		{"busyDrain with spread", validYAML + "quiesce: {busyDrain: 10s}\narp: {loadBalancing: spread}\n",
 			[]string{"quiesce.busyDrain: 10s cannot be used with arp.loadBalancing spread", "set quiesce.busyDrain to 0s or arp.loadBalancing to single"}},
+		{"bgp flow sharing needs the gossip key", strings.NewReplacer("  secretKeyFile: /etc/caplb/gossip.key\n", "  insecure: true\n", `, "2001:db8::10"`, "").Replace(validYAML) +
+			"mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
+			[]string{"election.insecure: cannot carry bgp.flowSharing", "bgp.flowSharing: false"}},
 		{"several errors at once", "vips: []\nmembers: []\nport: 70000\n",
 			[]string{"vips: is empty", "members: is empty", "port: 70000 is out of range"}},
 	}

@@ -23,7 +23,7 @@ func newDataplane(cfg *agentv1.AgentConfiguration, log logr.Logger, reg promethe
 		// A withdrawn member serves its connections (flow sharing) for the drain and the busy
 		// drain, as an ARP holder hands over, and a second more for the last GOAWAY's answer.
 		flowCap := cfg.Quiesce.Drain.Duration + cfg.Quiesce.BusyDrain.Duration + time.Second
-		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg, bgp.WithFlowLingerCap(flowCap))
+		sp, err := bgp.New(*cfg.BGP, log.WithName("bgp"), reg, bgp.WithFlowLingerCap(flowCap), bgp.WithServedPorts(rules{cfg: cfg}.ports()))
 		if err != nil {
 			return nil, "", fmt.Errorf("bgp: %w", err)
 		}

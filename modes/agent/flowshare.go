@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -70,6 +71,8 @@ type flowShare struct {
 	boxes        map[string]*mailbox
 	listErr      bool
 	setErr       string
+	// mailboxes counts the running mailbox goroutines.
+	mailboxes atomic.Int64
 }
 
 func newFlowShare(dp dataplane.FlowSharer, self string, log logr.Logger, addrOf func(election.MemberView) netip.Addr) *flowShare {
@@ -147,8 +150,14 @@ func (f *flowShare) alivePeers(v election.View) map[string]netip.Addr {
 	return out
 }
 
-// owners is the forwarding the known lists ask for: flows of alive peers only.
-func owners(known map[string]peerFlows, alive map[string]netip.Addr) map[flows.Flow]netip.Addr {
+// owners is the forwarding the known lists ask for: flows of alive peers only, and none that this
+// node lists itself (local): a peer's stale list naming one would have this node send its own
+// connection's segments away, and perhaps the peer send them back.
+func owners(known map[string]peerFlows, alive map[string]netip.Addr, local []flows.Flow) map[flows.Flow]netip.Addr {
+	mine := make(map[flows.Flow]bool, len(local))
+	for _, fl := range local {
+		mine[fl] = true
+	}
 	out := map[flows.Flow]netip.Addr{}
 	for name, pf := range known {
 		addr, ok := alive[name]
@@ -156,7 +165,9 @@ func owners(known map[string]peerFlows, alive map[string]netip.Addr) map[flows.F
 			continue
 		}
 		for _, fl := range pf.flows {
-			out[fl] = addr
+			if !mine[fl] {
+				out[fl] = addr
+			}
 		}
 	}
 	return out
@@ -169,7 +180,7 @@ func (f *flowShare) apply() {
 			delete(f.known, name) // dead or gone: its flows reset here, the fastest news
 		}
 	}
-	want := owners(f.known, alive)
+	want := owners(f.known, alive, f.sent)
 	peers := make([]netip.Addr, 0, len(alive))
 	for _, a := range alive {
 		peers = append(peers, a)
@@ -209,16 +220,24 @@ func (f *flowShare) publish(ctx context.Context, now time.Time) {
 	changed := !slices.Equal(local, f.sent) || now.Sub(f.sentAt) >= flowShareRefresh
 	for name, box := range f.boxes {
 		if _, ok := alive[name]; !ok {
-			box.forget() // back after a restart: it gets the list at once
+			// Its goroutine ends with it; back (after a restart), it gets a new mailbox and the
+			// list at once.
+			box.stop()
+			delete(f.boxes, name)
 		}
 	}
 	var payload []byte
 	for name := range alive {
 		box, ok := f.boxes[name]
 		if !ok {
-			box = newMailbox()
+			bctx, stop := context.WithCancel(ctx)
+			box = newMailbox(stop)
 			f.boxes[name] = box
-			go box.deliver(ctx, func(b []byte) error { return f.peers.Send(name, b) }, f.log.WithValues("to", name))
+			f.mailboxes.Add(1)
+			go func() {
+				defer f.mailboxes.Add(-1)
+				box.deliver(bctx, func(b []byte) error { return f.peers.Send(name, b) }, f.log.WithValues("to", name))
+			}()
 		}
 		if !changed && box.had() {
 			continue
@@ -240,9 +259,13 @@ type mailbox struct {
 	next    []byte
 	wake    chan struct{}
 	hadList bool
+	// stop ends the goroutine delivering it.
+	stop context.CancelFunc
 }
 
-func newMailbox() *mailbox { return &mailbox{wake: make(chan struct{}, 1)} }
+func newMailbox(stop context.CancelFunc) *mailbox {
+	return &mailbox{wake: make(chan struct{}, 1), stop: stop}
+}
 
 func (b *mailbox) put(p []byte) {
 	b.mu.Lock()
@@ -252,12 +275,6 @@ func (b *mailbox) put(p []byte) {
 	case b.wake <- struct{}{}:
 	default:
 	}
-}
-
-func (b *mailbox) forget() {
-	b.mu.Lock()
-	b.hadList = false
-	b.mu.Unlock()
 }
 
 // had reports whether the peer was given a list at all.
@@ -293,7 +310,7 @@ func startFlowSharing(cfg *agentv1.AgentConfiguration, store *memberStore, log l
 	if !cfg.Membership.Dynamic && len(cfg.Members) == 0 {
 		return nil, nil, fmt.Errorf("bgp.flowSharing: no members configured to share with (members, or membership.dynamic)")
 	}
-	if cfg.Election.SecretKeyFile == "" && !cfg.Election.Insecure {
+	if cfg.Election.SecretKeyFile == "" {
 		// The lists steer packets: they must come from members.
 		return nil, nil, fmt.Errorf("bgp.flowSharing: election.secretKeyFile is empty; the flow lists must be authenticated: give a gossip key file (16, 24 or 32 bytes, mode 0600), or set bgp.flowSharing: false")
 	}

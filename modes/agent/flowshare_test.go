@@ -155,8 +155,41 @@ func TestFlowShare(t *testing.T) {
 func TestOwners(t *testing.T) {
 	g := NewWithT(t)
 	a2 := netip.MustParseAddr("10.44.0.12")
-	f1, f2 := testFlow("10.20.0.2:1"), testFlow("10.20.0.2:2")
-	known := map[string]peerFlows{"m2": {flows: []flows.Flow{f1}}, "gone": {flows: []flows.Flow{f2}}}
-	g.Expect(owners(known, map[string]netip.Addr{"m2": a2})).To(Equal(map[flows.Flow]netip.Addr{f1: a2}))
-	g.Expect(owners(known, nil)).To(BeEmpty())
+	f1, f2, f3 := testFlow("10.20.0.2:1"), testFlow("10.20.0.2:2"), testFlow("10.20.0.2:3")
+	known := map[string]peerFlows{"m2": {flows: []flows.Flow{f1, f3}}, "gone": {flows: []flows.Flow{f2}}}
+	g.Expect(owners(known, map[string]netip.Addr{"m2": a2}, nil)).To(Equal(map[flows.Flow]netip.Addr{f1: a2, f3: a2}))
+	g.Expect(owners(known, nil, nil)).To(BeEmpty())
+	// A flow this node lists itself is its own, whatever a peer's (stale) list says: sending it
+	// on could bounce it back.
+	g.Expect(owners(known, map[string]netip.Addr{"m2": a2}, []flows.Flow{f3})).To(Equal(map[flows.Flow]netip.Addr{f1: a2}))
+}
+
+// TestFlowShareEndsMailboxOfDeparted: a peer that leaves takes its mailbox's goroutine with it;
+// back, it gets a new one and the list at once.
+func TestFlowShareEndsMailboxOfDeparted(t *testing.T) {
+	g := NewWithT(t)
+	peers := &fakeFlowPeers{changed: make(chan struct{}, 1), sent: map[string][][]byte{}, view: election.View{
+		Self: "m1", Members: []election.MemberView{
+			{Name: "m1", Alive: true, Address: netip.MustParseAddr("10.44.0.11")},
+			{Name: "m2", Alive: true, Address: netip.MustParseAddr("10.44.0.12")},
+			{Name: "m3", Alive: true, Address: netip.MustParseAddr("10.44.0.13")},
+		},
+	}}
+	mine := []flows.Flow{testFlow("10.20.0.2:40000")}
+	fs := newFlowShare(&fakeFlowDP{local: mine}, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fs.run(ctx, peers) }()
+	defer func() { cancel(); <-done }()
+
+	g.Eventually(fs.mailboxes.Load, 2*time.Second, 10*time.Millisecond).Should(Equal(int64(2)))
+	peers.setAlive("m3", false)
+	g.Eventually(fs.mailboxes.Load, 2*time.Second, 10*time.Millisecond).Should(Equal(int64(1)), "m3's goroutine ends")
+	peers.setAlive("m3", true)
+	g.Eventually(fs.mailboxes.Load, 2*time.Second, 10*time.Millisecond).Should(Equal(int64(2)))
+	g.Eventually(func() int { return len(peers.received("m3")) }, 2*time.Second, 10*time.Millisecond).
+		Should(Equal(2), "back, it gets the list at once")
+	cancel()
+	<-done
+	g.Eventually(fs.mailboxes.Load, 2*time.Second, 10*time.Millisecond).Should(BeZero(), "every goroutine ends with sharing")
 }

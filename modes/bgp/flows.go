@@ -24,14 +24,16 @@ type flowTable interface {
 	SetPeers(peers []netip.Addr) error
 	Forwarded() uint64
 	Held() uint64
+	HoldFull() uint64
+	CopiesLimited() uint64
 	Close() error
 }
 
 // flowKernel is how the speaker reaches the kernel for flow sharing; a field, so that unit tests
 // run without root.
 type flowKernel struct {
-	list         func(vips []netip.Addr, ports []uint16) ([]flows.Flow, error)
-	newForwarder func() (flowTable, error)
+	list         func(vips []netip.Addr, ports []uint16) (flows.Listing, error)
+	newForwarder func(cfg flows.ForwarderConfig) (flowTable, error)
 	// removeStale deletes the tables a killed earlier run left.
 	removeStale func() error
 	// gateway is the router the node reaches addr through; invalid when addr is on-link.
@@ -50,7 +52,7 @@ var (
 func kernelFlows() flowKernel {
 	return flowKernel{
 		list:         flows.List,
-		newForwarder: func() (flowTable, error) { return flows.NewForwarder() },
+		newForwarder: func(cfg flows.ForwarderConfig) (flowTable, error) { return flows.NewForwarder(cfg) },
 		removeStale:  flows.RemoveStale,
 		gateway:      gatewayTo,
 		sampleBusy:   flows.SampleBusy,
@@ -87,7 +89,23 @@ func (s *Speaker) LocalFlows() ([]flows.Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing connections to the VIPs: %w", err)
 	}
-	return l, nil
+	s.noteCut(l.Cut)
+	return l.Flows, nil
+}
+
+// noteCut counts the connections left out of this node's list (flows.PerClient, flows.MaxFlows):
+// the others reset them if the routers move them; said when the count of them changes.
+func (s *Speaker) noteCut(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n > 0 {
+		s.metrics.flowsCut.Add(float64(n))
+	}
+	if n != s.flowsCut {
+		s.log.Info("flow sharing: connections left out of this node's list (the oldest are kept, at most per client address and in all); the routers' rehashes reset those",
+			"left out", n, "per client address", flows.PerClient, "in all", flows.MaxFlows)
+		s.flowsCut = n
+	}
 }
 
 // SetForeignFlows programs the forwarding of other members' flows; the kernel tables are created
@@ -153,7 +171,7 @@ func (s *Speaker) ensureForwarderLocked() error {
 	if s.fwd != nil {
 		return nil
 	}
-	fwd, err := s.flowKernel.newForwarder()
+	fwd, err := s.flowKernel.newForwarder(flows.ForwarderConfig{Ports: s.servedPorts})
 	if err != nil {
 		return fmt.Errorf("bgp.flowSharing: %w", err)
 	}
@@ -197,6 +215,14 @@ func (s *Speaker) countForwardedLocked() {
 	if n := s.fwd.Held(); n > s.held {
 		s.metrics.flowHeld.Add(float64(n - s.held))
 		s.held = n
+	}
+	if n := s.fwd.HoldFull(); n > s.holdFull {
+		s.metrics.flowHoldFull.Add(float64(n - s.holdFull))
+		s.holdFull = n
+	}
+	if n := s.fwd.CopiesLimited(); n > s.copiesLimited {
+		s.metrics.flowCopiesLimited.Add(float64(n - s.copiesLimited))
+		s.copiesLimited = n
 	}
 }
 
@@ -273,7 +299,7 @@ func (s *Speaker) hasFlowsLocked(v netip.Addr) bool {
 		s.log.Error(err, "listing connections to a withdrawn VIP; keeping it a moment longer", "vip", v)
 		return true
 	}
-	return len(l) > 0
+	return len(l.Flows) > 0
 }
 
 // closeFlowsLocked removes the forwarding tables.

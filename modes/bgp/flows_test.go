@@ -27,6 +27,8 @@ func (f *fakeFlowTable) SetVIPs(v []netip.Addr) error  { f.vips = v; return nil 
 func (f *fakeFlowTable) SetPeers(p []netip.Addr) error { f.peers = p; return nil }
 func (f *fakeFlowTable) Held() uint64                  { return 0 }
 func (f *fakeFlowTable) Forwarded() uint64             { return 7 }
+func (f *fakeFlowTable) HoldFull() uint64              { return 3 }
+func (f *fakeFlowTable) CopiesLimited() uint64         { return 2 }
 func (f *fakeFlowTable) Close() error                  { f.closed = true; return nil }
 
 func flow(client, service string) flows.Flow {
@@ -56,9 +58,10 @@ func TestSetForeignFlowsForwardsOnLinkOwnersOnly(t *testing.T) {
 	g := NewWithT(t)
 	table := &fakeFlowTable{}
 	made := 0
+	var cfg flows.ForwarderConfig
 	onLink, routed := netip.MustParseAddr("10.44.0.11"), netip.MustParseAddr("10.9.0.5")
 	s, _ := bareSpeaker(t, flowKernel{
-		newForwarder: func() (flowTable, error) { made++; return table, nil },
+		newForwarder: func(c flows.ForwarderConfig) (flowTable, error) { made++; cfg = c; return table, nil },
 		gateway: func(a netip.Addr) (netip.Addr, error) {
 			if a == routed {
 				return netip.MustParseAddr("10.44.0.1"), nil
@@ -68,11 +71,15 @@ func TestSetForeignFlowsForwardsOnLinkOwnersOnly(t *testing.T) {
 	})
 	g.Expect(s.SetForeignFlows(nil, nil)).To(Succeed())
 	g.Expect(made).To(Equal(0), "no table for nothing to forward")
+	WithServedPorts([]uint16{6443, 8443})(s)
 
 	a, b := flow("10.20.0.2:40000", "10.0.0.100:6443"), flow("10.20.0.2:40001", "10.0.0.100:6443")
 	err := s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed}, []netip.Addr{onLink, routed})
 	g.Expect(err).To(MatchError(ContainSubstring("member 10.9.0.5 is reached through router 10.44.0.1")))
 	g.Expect(made).To(Equal(1))
+	g.Expect(cfg.Ports).To(Equal([]uint16{6443, 8443}), "only the served ports are held")
+	g.Expect(metricValue(t, s.metrics.flowHoldFull)).To(Equal(3.0), "the kernel's count of held segments that found the sets full")
+	g.Expect(metricValue(t, s.metrics.flowCopiesLimited)).To(Equal(2.0))
 	g.Expect(table.set).To(Equal([]map[flows.Flow]netip.Addr{{a: onLink}}))
 	g.Expect(table.peers).To(Equal([]netip.Addr{onLink}), "held segments are copied to on-link peers only")
 	g.Expect(s.SetForeignFlows(map[flows.Flow]netip.Addr{a: onLink, b: routed}, []netip.Addr{onLink, routed})).To(Succeed(), "reported once")
@@ -94,8 +101,8 @@ func TestWithdrawnVIPStaysWhileConnectionsDo(t *testing.T) {
 		var listErr error
 		table := &fakeFlowTable{}
 		s, addrs := bareSpeaker(t, flowKernel{
-			list:         func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) { return open, listErr },
-			newForwarder: func() (flowTable, error) { return table, nil },
+			list:         func(v []netip.Addr, _ []uint16) (flows.Listing, error) { return flows.Listing{Flows: open}, listErr },
+			newForwarder: func(flows.ForwarderConfig) (flowTable, error) { return table, nil },
 		})
 		s.keepWhileFlows = sharing
 		now := time.Unix(1000, 0)
@@ -148,13 +155,13 @@ func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 	open := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
 	var resets []netip.Addr
 	s, addrs := bareSpeaker(t, flowKernel{
-		list: func(v []netip.Addr, _ []uint16) ([]flows.Flow, error) {
+		list: func(v []netip.Addr, _ []uint16) (flows.Listing, error) {
 			if len(v) == 0 {
-				return nil, nil
+				return flows.Listing{}, nil
 			}
-			return open, nil
+			return flows.Listing{Flows: open}, nil
 		},
-		newForwarder: func() (flowTable, error) { return &fakeFlowTable{}, nil },
+		newForwarder: func(flows.ForwarderConfig) (flowTable, error) { return &fakeFlowTable{}, nil },
 		reset: func(v netip.Addr, _ time.Duration) (int, error) {
 			resets = append(resets, v)
 			open = nil
@@ -187,4 +194,19 @@ func TestWithdrawnVIPStaysAtMostTheCap(t *testing.T) {
 	if s.lingerTimer != nil {
 		s.lingerTimer.Stop()
 	}
+}
+
+// TestLocalFlowsCountsWhatIsLeftOut: connections the list leaves out (flows.PerClient,
+// flows.MaxFlows) are counted.
+func TestLocalFlowsCountsWhatIsLeftOut(t *testing.T) {
+	g := NewWithT(t)
+	vip := netip.MustParseAddr("10.0.0.100")
+	kept := []flows.Flow{flow("10.20.0.2:40000", "10.0.0.100:6443")}
+	s, _ := bareSpeaker(t, flowKernel{
+		list: func([]netip.Addr, []uint16) (flows.Listing, error) { return flows.Listing{Flows: kept, Cut: 5}, nil },
+	})
+	s.announced[vip] = true
+	g.Expect(s.LocalFlows()).To(Equal(kept))
+	g.Expect(s.LocalFlows()).To(Equal(kept))
+	g.Expect(metricValue(t, s.metrics.flowsCut)).To(Equal(10.0))
 }

@@ -19,6 +19,11 @@ type metrics struct {
 	foreignFlows   prometheus.Gauge
 	flowPackets    prometheus.Counter
 	flowHeld       prometheus.Counter
+	// flowHoldFull and flowCopiesLimited count what the bounds on held segments cut.
+	flowHoldFull      prometheus.Counter
+	flowCopiesLimited prometheus.Counter
+	// flowsCut counts connections left out of this node's shared list.
+	flowsCut prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -59,6 +64,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		flowHeld: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "caplb_bgp_flow_packets_held_total",
 			Help: "Packets of connections nobody here knew, held rather than reset: copied to every member (the owner takes its copy) while their owner's list was awaited (flow sharing).",
+		}),
+		flowHoldFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_flow_hold_set_full_total",
+			Help: "Held packets whose connection found the held or seen set full (flow sharing): held all the same, not reset after the hold. Rising: spoofed connections, or far more rehashed ones than expected.",
+		}),
+		flowCopiesLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_flow_copies_limited_total",
+			Help: "Held packets not copied to the other members: over the copy rate (flow sharing). Their owner gets the client's retransmission after its next list.",
+		}),
+		flowsCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "caplb_bgp_flows_left_out_total",
+			Help: "Connections left out of this node's shared list, summed over the lists read (flow sharing): beyond the per-client-address cap or the list's size. A rehash resets them.",
 		}),
 	}
 	if reg == nil {
@@ -122,10 +139,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	} else {
 		errs = append(errs, err)
 	}
-	if c, err := register(m.flowHeld); err == nil {
-		m.flowHeld = c.(prometheus.Counter)
-	} else {
-		errs = append(errs, err)
+	for _, c := range []*prometheus.Counter{&m.flowHeld, &m.flowHoldFull, &m.flowCopiesLimited, &m.flowsCut} {
+		if got, err := register(*c); err == nil {
+			*c = got.(prometheus.Counter)
+		} else {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

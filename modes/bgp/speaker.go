@@ -65,7 +65,13 @@ type Speaker struct {
 	fwd            flowTable
 	forwarded      uint64
 	held           uint64
-	offLinkLogged  map[netip.Addr]bool
+	holdFull       uint64
+	copiesLimited  uint64
+	// flowsCut: connections left out of the last list (logged when it changes).
+	flowsCut int
+	// servedPorts are the ports the VIPs serve: only their segments are held (flows.ForwarderConfig).
+	servedPorts   []uint16
+	offLinkLogged map[netip.Addr]bool
 	// flowVIPErr is the last failure to set up the forwarding, logged once.
 	flowVIPErr string
 	// busy counts the connections that still carry requests (modes/flows/busy.go).
@@ -97,6 +103,12 @@ type Option func(*Speaker)
 // the connections still open to it: the agent passes quiesce.drain + quiesce.busyDrain + 1 s, so
 // that an unhealthy or quiescing member's clients are moved (GOAWAY) or reset as behind ARP.
 func WithFlowLingerCap(d time.Duration) Option { return func(s *Speaker) { s.flowLingerCap = d } }
+
+// WithServedPorts names the ports the VIPs serve (port and extraPorts): with flow sharing, only
+// segments to them of a connection nobody knows are held and copied to the other members.
+func WithServedPorts(ports []uint16) Option {
+	return func(s *Speaker) { s.servedPorts = append([]uint16(nil), ports...) }
+}
 
 func newSpeaker(cfg agentv1.BGPConfig, log logr.Logger, reg prometheus.Registerer, addrs addresses, now func() time.Time, opts ...Option) (*Speaker, error) {
 	if err := cfg.Validate(); err != nil {

@@ -27,6 +27,7 @@ import (
 type Forwarder struct {
 	mu     sync.Mutex
 	ns     netns.NsHandle
+	cfg    ForwarderConfig
 	closed bool
 	// owners is what the maps hold, as last applied; dirty: a batch failed, so the maps may hold
 	// something else, and the next Set rewrites them whole.
@@ -38,16 +39,16 @@ type Forwarder struct {
 }
 
 // NewForwarder creates both tables, replacing any left by an earlier run, with empty maps.
-func NewForwarder() (*Forwarder, error) {
+func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) {
 	ns, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("flows: opening this network namespace: %w", err)
 	}
-	f := &Forwarder{ns: ns, owners: map[Flow]netip.Addr{}}
+	f := &Forwarder{ns: ns, cfg: cfg.withDefaults(), owners: map[Flow]netip.Addr{}}
 	c, err := f.conn(0)
 	if err == nil {
 		for _, fm := range bothFamilies() {
-			if err = fm.create(c); err != nil {
+			if err = fm.create(c, f.cfg); err != nil {
 				break
 			}
 		}
@@ -263,9 +264,9 @@ func (f *Forwarder) SetPeers(peers []netip.Addr) error {
 	}
 	for _, fm := range bothFamilies() {
 		t := fm.table()
-		spray := &nftables.Chain{Table: t, Name: sprayChain}
-		c.FlushChain(spray)
-		for _, r := range fm.sprayRules(t, spray, want) {
+		ch := chains{spray: &nftables.Chain{Table: t, Name: sprayChain}, tooMany: &nftables.Chain{Table: t, Name: tooManyChain}}
+		c.FlushChain(ch.spray)
+		for _, r := range fm.sprayRules(t, ch, f.cfg, want) {
 			c.AddRule(r)
 		}
 	}
@@ -278,38 +279,50 @@ func (f *Forwarder) SetPeers(peers []netip.Addr) error {
 
 // Forwarded is how many packets the forwarder has sent on so far (the counters of both tables),
 // for a metric. It is 0 when the counters cannot be read.
-func (f *Forwarder) Forwarded() uint64 { return f.count(ownerChain) }
+func (f *Forwarder) Forwarded() uint64 { return f.count(ownerChain)[0] }
 
 // Held is how many segments of connections nobody here knew were dropped rather than reset
-// while their owner's list was awaited (HoldUnknown).
-func (f *Forwarder) Held() uint64 { return f.count(sprayChain) }
+// while their owner's list was awaited (HoldUnknown), copied to the peers or not.
+func (f *Forwarder) Held() uint64 {
+	n := f.count(sprayChain, tooManyChain)
+	return n[0] + n[1]
+}
 
-// count sums the packet counters of chain in both tables; 0 when they cannot be read.
-func (f *Forwarder) count(chain string) uint64 {
+// HoldFull is how many of the held segments found the held or seen set full: held all the same,
+// for longer than HoldUnknown (until their owner's list names them or the sets have room).
+func (f *Forwarder) HoldFull() uint64 { return f.count(unknownChain)[0] }
+
+// CopiesLimited is how many held segments were not copied to the peers: over the copy rate.
+func (f *Forwarder) CopiesLimited() uint64 { return f.count(tooManyChain)[0] }
+
+// count sums the packet counters of each chain in both tables; 0 when they cannot be read.
+func (f *Forwarder) count(chains ...string) []uint64 {
+	out := make([]uint64, len(chains))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return 0
+		return out
 	}
 	c, err := f.conn(0)
 	if err != nil {
-		return 0
+		return out
 	}
-	var n uint64
-	for _, fm := range bothFamilies() {
-		rules, err := c.GetRules(fm.table(), &nftables.Chain{Name: chain})
-		if err != nil {
-			continue
-		}
-		for _, r := range rules {
-			for _, e := range r.Exprs {
-				if ctr, ok := e.(*expr.Counter); ok {
-					n += ctr.Packets
+	for i, chain := range chains {
+		for _, fm := range bothFamilies() {
+			rules, err := c.GetRules(fm.table(), &nftables.Chain{Name: chain})
+			if err != nil {
+				continue
+			}
+			for _, r := range rules {
+				for _, e := range r.Exprs {
+					if ctr, ok := e.(*expr.Counter); ok {
+						out[i] += ctr.Packets
+					}
 				}
 			}
 		}
 	}
-	return n
+	return out
 }
 
 // Close deletes both tables; it is idempotent.

@@ -24,7 +24,7 @@ func TestForwarderSetIsDeclarative(t *testing.T) {
 	ns, err := l.AddNamespace("n")
 	g.Expect(err).NotTo(HaveOccurred())
 	var fw *Forwarder
-	g.Expect(ns.Do(func() (err error) { fw, err = NewForwarder(); return err })).To(Succeed())
+	g.Expect(ns.Do(func() (err error) { fw, err = NewForwarder(ForwarderConfig{}); return err })).To(Succeed())
 	t.Cleanup(func() { _ = fw.Close() })
 	g.Expect(tables(g, ns)).To(ConsistOf("ip "+Table, "ip6 "+Table))
 
@@ -43,23 +43,27 @@ func TestForwarderSetIsDeclarative(t *testing.T) {
 			"10.9.0.2 . 40000 . 10.9.9.9 . 6443 : 10.9.0.11",
 			"type filter hook prerouting priority raw; policy accept;",
 			"ip daddr @vips4 jump vip",
-			"ip saddr . tcp sport . ip daddr . tcp dport @owners4 jump toowner",
+			"ip saddr . tcp sport . ip daddr . tcp dport @owners4 goto toowner",
 			"socket wildcard 0 return",
-			"socket wildcard 1 jump unknown",
+			"socket wildcard 1 goto unknown",
 			"socket transparent 0 return",
 			"flags dynamic,timeout",
 			"timeout 1s",
-			"ip id 51739 drop",
+			"ip ttl 255 drop",
+			"ip6 hoplimit 255 drop",
+			"size 131072",
+			"counter packets 0 bytes 0 goto spray",
+			"limit rate over 2000/second burst 2000 packets goto toomany",
 			"ip saddr . tcp sport . ip daddr . tcp dport @held4 goto spray",
 			"ip saddr . tcp sport . ip daddr . tcp dport @seen4 return",
 			"add @held4 { ip saddr . tcp sport . ip daddr . tcp dport }",
-			"ip id set 51739 counter",
-			"ip6 flowlabel set 51739 counter",
-			"dup to ip saddr . tcp sport . ip daddr . tcp dport map @owners4",
+			"ip ttl set 0 counter",
+			"ip6 hoplimit set 0 counter",
+			"ip ttl set 0 counter packets 0 bytes 0 dup to ip saddr . tcp sport . ip daddr . tcp dport map @owners4",
 			"table ip6 caplb_flows {",
 			"type ipv6_addr . inet_service . ipv6_addr . inet_service : ipv6_addr",
 			"elements = { fd00:9::2 . 40000 . fd00:9:9::9 . 6443 : fd00:9::11 }",
-			"ip6 saddr . tcp sport . ip6 daddr . tcp dport @owners6 jump toowner",
+			"ip6 saddr . tcp sport . ip6 daddr . tcp dport @owners6 goto toowner",
 			"dup to ip6 saddr . tcp sport . ip6 daddr . tcp dport map @owners6",
 		} {
 			g.Expect(listing).To(ContainSubstring(line))
@@ -120,7 +124,7 @@ func TestForwarderReplacesAndRemoveStale(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	newForwarder := func() *Forwarder {
 		var fw *Forwarder
-		g.Expect(ns.Do(func() (err error) { fw, err = NewForwarder(); return err })).To(Succeed())
+		g.Expect(ns.Do(func() (err error) { fw, err = NewForwarder(ForwarderConfig{}); return err })).To(Succeed())
 		return fw
 	}
 	killed := newForwarder() // never closed: its run was killed
@@ -248,7 +252,7 @@ func TestForwarderLargeSet(t *testing.T) {
 	ns, err := l.AddNamespace("n")
 	g.Expect(err).NotTo(HaveOccurred())
 	var fw *Forwarder
-	g.Expect(ns.Do(func() (err error) { fw, err = NewForwarder(); return err })).To(Succeed())
+	g.Expect(ns.Do(func() (err error) { fw, err = NewForwarder(ForwarderConfig{}); return err })).To(Succeed())
 	t.Cleanup(func() { _ = fw.Close() })
 	owners := func(a4, a6 string) map[Flow]netip.Addr {
 		out := make(map[Flow]netip.Addr, MaxFlows)

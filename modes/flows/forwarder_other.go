@@ -13,7 +13,7 @@ var errNotLinux = errors.New("flows: forwarding flows needs Linux (nftables)")
 type Forwarder struct{}
 
 // NewForwarder fails: not Linux.
-func NewForwarder() (*Forwarder, error) { return nil, errNotLinux }
+func NewForwarder(cfg ForwarderConfig) (*Forwarder, error) { return nil, errNotLinux }
 
 // Set fails: not Linux.
 func (f *Forwarder) Set(owners map[Flow]netip.Addr) error { return errNotLinux }
@@ -29,6 +29,12 @@ func (f *Forwarder) Held() uint64 { return 0 }
 
 // Forwarded is 0: nothing is forwarded.
 func (f *Forwarder) Forwarded() uint64 { return 0 }
+
+// HoldFull is 0: nothing is held.
+func (f *Forwarder) HoldFull() uint64 { return 0 }
+
+// CopiesLimited is 0: nothing is copied.
+func (f *Forwarder) CopiesLimited() uint64 { return 0 }
 
 // Close does nothing.
 func (f *Forwarder) Close() error { return nil }

@@ -32,9 +32,10 @@ func receiving(state uint8) bool {
 
 // List returns the TCP connections this node terminates whose local address is one of vips and
 // whose local port is one of ports (every port when ports is empty), IPv4 and IPv6, sorted by
-// service then client. It reads the sockets of the calling thread's network namespace
+// service then client: the oldest, at most PerClient per client address and MaxFlows in all, and
+// how many it left out. It reads the sockets of the calling thread's network namespace
 // (sock_diag), so it sees connections whatever process holds them.
-func List(vips []netip.Addr, ports []uint16) ([]Flow, error) {
+func List(vips []netip.Addr, ports []uint16) (Listing, error) {
 	isVIP := map[netip.Addr]bool{}
 	// An IPv4 client of a dual-stack listener (Go's, the API server's) is an AF_INET6 socket.
 	families := []uint8{unix.AF_INET6}
@@ -46,13 +47,13 @@ func List(vips []netip.Addr, ports []uint16) ([]Flow, error) {
 		isVIP[v] = true
 	}
 	if len(isVIP) == 0 {
-		return nil, nil
+		return Listing{}, nil
 	}
-	var out []Flow
+	var out []aged
 	for _, fam := range families {
 		socks, err := netlink.SocketDiagTCP(fam)
 		if err != nil {
-			return nil, fmt.Errorf("flows: listing TCP sockets (family %d): %w", fam, err)
+			return Listing{}, fmt.Errorf("flows: listing TCP sockets (family %d): %w", fam, err)
 		}
 		for _, s := range socks {
 			if !receiving(s.State) {
@@ -69,11 +70,11 @@ func List(vips []netip.Addr, ports []uint16) ([]Flow, error) {
 			if !ok {
 				continue
 			}
-			out = append(out, Flow{
+			out = append(out, aged{flow: Flow{
 				Client:  netip.AddrPortFrom(remote.Unmap(), s.ID.DestinationPort),
 				Service: netip.AddrPortFrom(local.Unmap(), s.ID.SourcePort),
-			})
+			}, rank: rankOfInode(s.INode)})
 		}
 	}
-	return sortFlows(out), nil
+	return selectFlows(out, MaxFlows, PerClient), nil
 }

@@ -8,6 +8,6 @@ import (
 )
 
 // List needs Linux (sock_diag).
-func List(vips []netip.Addr, ports []uint16) ([]Flow, error) {
-	return nil, errors.New("flows: listing connections needs Linux")
+func List(vips []netip.Addr, ports []uint16) (Listing, error) {
+	return Listing{}, errors.New("flows: listing connections needs Linux")
 }

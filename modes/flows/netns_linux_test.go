@@ -42,6 +42,12 @@ const servicePort = 6443
 // client's route through A. B's forwarder starts empty.
 func newSegment(t *testing.T, g Gomega, name string, v6 bool) *segment {
 	t.Helper()
+	return newSegmentWith(t, g, name, v6, ForwarderConfig{})
+}
+
+// newSegmentWith is newSegment with B's forwarder configured by cfg.
+func newSegmentWith(t *testing.T, g Gomega, name string, v6 bool, cfg ForwarderConfig) *segment {
+	t.Helper()
 	l := lab.NewT(t, name)
 	s := &segment{}
 	plen, vlen := 24, 32
@@ -80,7 +86,7 @@ func newSegment(t *testing.T, g Gomega, name string, v6 bool) *segment {
 	s.route(g, s.aIP)
 	g.Expect(s.b.Do(func() error {
 		var err error
-		if s.forwarderB, err = NewForwarder(); err != nil {
+		if s.forwarderB, err = NewForwarder(cfg); err != nil {
 			return err
 		}
 		return s.forwarderB.SetVIPs([]netip.Addr{s.vip})

@@ -220,6 +220,10 @@ func (c *AgentConfiguration) Validate() error {
 	if c.Mode == ModeARP && !e.Insecure && e.SecretKeyFile == "" {
 		bad("election.secretKeyFile", "is empty; gossip decides who holds the VIP and must be authenticated: give a key file (16, 24 or 32 bytes, mode 0600), or set election.insecure: true for a lab")
 	}
+	if c.Mode == ModeBGP && c.BGP != nil && c.BGP.FlowSharingOn() && e.Insecure {
+		// Anyone who reaches the gossip port could then name itself the owner of any connection.
+		bad("election.insecure", "cannot carry bgp.flowSharing: the flow lists steer packets and must be authenticated; give election.secretKeyFile, or set bgp.flowSharing: false")
+	}
 	if e.Insecure && (e.SecretKeyFile != "" || len(e.SecondaryKeyFiles) > 0) {
 		bad("election.insecure", "is set together with a key file; choose one")
 	}

@@ -182,6 +182,10 @@ func (m *BGPMember) AgentConfig() agentv1.AgentConfiguration {
 	for _, v := range c.VIPs {
 		cfg.VIPs = append(cfg.VIPs, v.String())
 	}
+	if c.opts.EchoPort != 0 {
+		// The VIPs serve it: flow sharing holds only the served ports' unknown connections.
+		cfg.ExtraPorts = []int{c.opts.EchoPort}
+	}
 	if sharing {
 		for _, n := range c.Routed.Nodes {
 			cfg.Members = append(cfg.Members, agentv1.MemberConfig{Name: n.Name, Address: n.IPv4.String()})
