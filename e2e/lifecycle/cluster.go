@@ -16,6 +16,7 @@ import (
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/kubeadm"
 	"github.com/caplb/caplb/e2e/testinfra"
 )
 
@@ -38,10 +39,12 @@ func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
 	drain := lbv1.Duration{Duration: labDrainPeriod}
 	lb.Spec.Quiesce.DrainPeriod = &drain
 	if v := lb.Spec.Backend.VIP(); v != nil && v.Agent.Timers != nil && l.real == nil {
-		// The stand-in API servers send no GOAWAY (the sample's busyDrain waits for kube-
-		// apiserver's goaway-chance to move busy clients): it would only hold every hand-over
-		// (ARP) or withdrawal (BGP) of the kept-alive prober, whose GETs survive a reset, to
-		// its end.
+		// The stand-ins apply the sample's goaway-chance, so the kept-alive prober leaves a
+		// drained member within about a second, as client-go leaves kube-apiserver. busyDrain
+		// is left out to keep the lab's hand-overs (ARP) and withdrawals (BGP) at the drain:
+		// the real-control-plane lab runs the sample's. Without the GOAWAY, the kept-alive
+		// prober was still on the member when the drain's reset came, and one CI run lost a
+		// GET whose HEADERS had arrived and whose body had not.
 		v.Agent.Timers.BusyDrain = nil
 	}
 	if b := lb.Spec.Backend.BGP; b != nil {
@@ -150,3 +153,17 @@ func (l *Lab) Node(name string) *Node { return l.infra.node(name) }
 
 // Nodes lists the running lab machines.
 func (l *Lab) Nodes() []*Node { return l.infra.running() }
+
+// sampleGoawayChance returns the sample's kube-apiserver --goaway-chance ("" when it sets none).
+func sampleGoawayChance(sample string) (string, error) {
+	args, err := kubeadm.SampleAPIServerArgs(sample)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range args {
+		if a.Name == "goaway-chance" {
+			return a.Value, nil
+		}
+	}
+	return "", nil
+}

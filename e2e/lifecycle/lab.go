@@ -129,7 +129,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		if err != nil {
 			return l, err
 		}
-		deps.workload = &workload{env: l.Workload, client: l.WorkloadClient, hostPort: host}
+		goaway, err := sampleGoawayChance(sample)
+		if err != nil {
+			return l, err
+		}
+		deps.workload = &workload{env: l.Workload, client: l.WorkloadClient, hostPort: host, goawayChance: goaway}
 	}
 	if l.Namespace, err = l.Mgmt.CreateNamespace(ctx, "lifecycle"); err != nil {
 		return l, err

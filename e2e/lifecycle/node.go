@@ -150,11 +150,15 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 	if err := n.startAgent(); err != nil {
 		return n, err
 	}
-	if n.standin, err = n.NS.Start(name+"-apiserver", []string{d.bins.Standin, "-name", name,
+	args := []string{d.bins.Standin, "-name", name,
 		"-api-listen", ":" + strconv.Itoa(apiPort),
 		"-service-listen", "127.0.0.1:16000", "-readyz-listen", "127.0.0.1:16001",
 		"-cert", filepath.Join(n.Root, servingCrtPath), "-key", filepath.Join(n.Root, servingKeyPath),
-		"-fail-file", n.failFile}, nil); err != nil {
+		"-fail-file", n.failFile}
+	if d.workload.goawayChance != "" {
+		args = append(args, "-goaway-chance", d.workload.goawayChance)
+	}
+	if n.standin, err = n.NS.Start(name+"-apiserver", args, nil); err != nil {
 		return n, err
 	}
 	labels := map[string]string{corev1.LabelHostname: name, "node-role.kubernetes.io/control-plane": ""}
@@ -214,6 +218,9 @@ type workload struct {
 	env      *envtest.Env
 	client   client.Client
 	hostPort string
+	// goawayChance is the sample's kube-apiserver --goaway-chance, which the stand-ins apply
+	// as kube-apiserver does: a drained member's busy HTTP/2 clients move before its reset.
+	goawayChance string
 }
 
 // writeKubeletConfig writes the kubelet's kubeconfig for system:node:<name> (group

@@ -30,21 +30,24 @@ const tcpListen = 10
 // A request in flight when its connection is reset fails, and client-go resends only GETs: a
 // write would reach its caller as an error. So a connection that looks busy — the server
 // received data after it last sent any (a request it has not answered), or it has data the
-// client has not acknowledged yet (an answer on the way) — is reset only once it turns quiet,
-// or when patience runs out. It returns how many connections it reset.
+// client has not acknowledged yet (an answer on the way), or its byte counts changed within
+// settleFor (an answer sent in parts) — is reset only once it turns quiet, or when patience runs
+// out. It returns how many connections it reset.
 func ResetConnections(vip netip.Addr, patience time.Duration) (int, error) {
 	deadline := time.Now().Add(patience)
 	n := 0
 	var errs []error
+	var quiet settler
 	for {
 		socks, err := vipSockets(vip)
 		if err != nil {
 			return n, err
 		}
-		late := !time.Now().Before(deadline)
+		now := time.Now()
+		late := !now.Before(deadline)
 		waiting := 0
 		for _, s := range socks {
-			if !late && busy(s) {
+			if !late && (busy(s) || !settled(&quiet, s, now)) {
 				waiting++
 				continue
 			}
@@ -67,6 +70,17 @@ func ResetConnections(vip netip.Addr, patience time.Duration) (int, error) {
 		return n, fmt.Errorf("flows: reset connections to %s: %w", vip, errors.Join(errs...))
 	}
 	return n, nil
+}
+
+// settled: an established connection's byte counts stayed the same for settleFor (others have
+// nothing in flight to wait for).
+func settled(q *settler, s *netlink.InetDiagTCPInfoResp, now time.Time) bool {
+	i := s.TCPInfo
+	if i == nil || s.InetDiagMsg.State != tcpEstablished {
+		return true
+	}
+	key := uint64(s.InetDiagMsg.ID.Cookie[1])<<32 | uint64(s.InetDiagMsg.ID.Cookie[0])
+	return q.settled(key, i.Bytes_received, i.Bytes_sent, now)
 }
 
 // quietPoll is how often a busy connection is looked at again: a request to an API server is

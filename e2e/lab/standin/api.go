@@ -17,7 +17,7 @@ import (
 // serveAPI runs the HTTPS API server on addr until SIGTERM or SIGINT, then
 // shuts it down gracefully within grace. Without addr it just waits for the
 // signal (the other listeners keep the process busy).
-func serveAPI(addr, name, cert, key string, grace time.Duration, readyz http.HandlerFunc) error {
+func serveAPI(addr, name, cert, key string, grace time.Duration, goaway float64, readyz http.HandlerFunc) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	if addr == "" {
@@ -28,7 +28,7 @@ func serveAPI(addr, name, cert, key string, grace time.Duration, readyz http.Han
 	// running handlers, so they watch this context.
 	stopping, stop := context.WithCancel(context.Background())
 	defer stop()
-	srv := &http.Server{Addr: addr, Handler: server.Handler(name, readyz, stopping), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: server.Goaway(server.Handler(name, readyz, stopping), goaway), ReadHeaderTimeout: 5 * time.Second}
 	srv.RegisterOnShutdown(stop)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServeTLS(cert, key) }()

@@ -33,9 +33,13 @@ func main() {
 	cert := flag.String("cert", "", "TLS certificate (PEM)")
 	key := flag.String("key", "", "TLS key (PEM)")
 	failFile := flag.String("fail-file", "", "while this file exists /readyz answers 500")
+	goaway := flag.Float64("goaway-chance", 0, "with -api-listen: the chance that an HTTP/2 request's answer asks the client to move (GOAWAY), as kube-apiserver's --goaway-chance (0 to 0.02)")
 	flag.Parse()
 	if *name == "" || *cert == "" || *key == "" {
 		log.Fatal("standin: -name, -cert and -key are required")
+	}
+	if *goaway < 0 || *goaway > 0.02 {
+		log.Fatalf("standin: -goaway-chance %v: want 0 to 0.02, as kube-apiserver", *goaway)
 	}
 	if *api != "" {
 		// The API server takes the API port and serves /readyz: the other
@@ -77,7 +81,7 @@ func main() {
 		}
 		go func() { log.Fatal(srv.ListenAndServeTLS(*cert, *key)) }()
 	}
-	if err := serveAPI(*api, *name, *cert, *key, *grace, readyzHandler); err != nil {
+	if err := serveAPI(*api, *name, *cert, *key, *grace, *goaway, readyzHandler); err != nil {
 		log.Fatalf("standin: api: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
@@ -100,4 +101,22 @@ func zeros(w http.ResponseWriter, r *http.Request) {
 		}
 		n -= k
 	}
+}
+
+// Goaway answers an HTTP/2 request, with probability chance, with "Connection: close", which
+// makes net/http's HTTP/2 server send a GOAWAY once the connection's streams end: the client's
+// next requests go out on a new connection. This is kube-apiserver's --goaway-chance
+// (WithProbabilisticGoaway), which the samples set so that the clients of a drained member
+// move off it before its connections are reset. Like kube-apiserver it leaves out HTTP/1 and
+// long-running requests (the stream). chance 0 returns h.
+func Goaway(h http.Handler, chance float64) http.Handler {
+	if chance <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && r.URL.Path != "/stream" && rand.Float64() < chance {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
