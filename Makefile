@@ -35,5 +35,8 @@ check: ## Fail on unformatted code and go vet findings.
 
 # -p 1: one test package at a time, so that the network labs' timings (sub-second failover, hold
 # timers) are not measured against a concurrent API server or another lab on a 2-core machine.
+# CAPLB_LAB_BINDIR: the labs build each binary they run once per run and share it (e2e/lab/build.go).
 test: check $(TEST_DEPS) ## Run unit, integration and (as root) network-lab tests.
-	$(GO) test -count=1 -p 1 -timeout 40m $(GOTEST_FLAGS) ./...
+	@bindir=$$(mktemp -d "$${TMPDIR:-/tmp}/caplb-labbin-XXXXXX") && trap 'rm -rf "$$bindir"' EXIT && \
+	  echo "go test ./... (lab binaries built once into $$bindir)" && \
+	  CAPLB_LAB_BINDIR="$$bindir" $(GO) test -count=1 -p 1 -timeout 40m $(GOTEST_FLAGS) ./...

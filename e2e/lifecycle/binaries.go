@@ -5,7 +5,6 @@ package lifecycle
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
 	"github.com/caplb/caplb/e2e/lab"
@@ -24,21 +23,14 @@ func BuildBinaries(dir string) (Binaries, error) {
 		}
 		dir = d
 	}
-	root, err := lab.ModuleRoot()
-	if err != nil {
-		return Binaries{}, err
-	}
 	b := Binaries{Manager: filepath.Join(dir, "caplb"), Agent: filepath.Join(dir, "caplb-agent"),
 		Podrun: filepath.Join(dir, "podrun"), Standin: filepath.Join(dir, "standin")}
 	for pkg, out := range map[string]string{"./cmd/caplb": b.Manager, "./cmd/caplb-agent": b.Agent,
 		"./e2e/lab/podrun": b.Podrun, "./e2e/lab/standin": b.Standin} {
 		// Static, as in the agent's image (distroless): the lab's kubelet runs the agent in a
 		// root that holds nothing else.
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return Binaries{}, fmt.Errorf("lifecycle lab: go build %s: %w: %s", pkg, err, b)
+		if err := lab.BuildStaticBinary(pkg, out); err != nil {
+			return Binaries{}, fmt.Errorf("lifecycle lab: %w", err)
 		}
 	}
 	return b, nil
