@@ -7,9 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // tcpEstablished is the kernel's TCP_ESTABLISHED state.
@@ -20,41 +17,30 @@ const tcpEstablished = 1
 // busy connection: the drain then runs to busyDrain rather than reset requests in flight.
 func SampleBusy(b *BusyTracker, now time.Time, vips []netip.Addr) (int, error) {
 	isVIP := map[netip.Addr]bool{}
-	// An IPv4 client of a dual-stack listener is an AF_INET6 socket.
-	families := []uint8{unix.AF_INET6}
 	for _, v := range vips {
-		v = v.Unmap().WithZone("")
-		if v.Is4() && !isVIP[v] && len(families) == 1 {
-			families = append(families, unix.AF_INET)
-		}
-		isVIP[v] = true
+		isVIP[v.Unmap().WithZone("")] = true
 	}
 	local := localAddrs()
+	socks, err := vipSocketsIn(vips, statesEstablished, true)
+	if err != nil {
+		return b.Observe(now, []ConnSample{{Key: "unreadable"}}), err
+	}
 	var conns []ConnSample
-	for _, fam := range families {
-		socks, err := netlink.SocketDiagTCPInfo(fam)
-		if err != nil {
-			return b.Observe(now, []ConnSample{{Key: "unreadable"}}), fmt.Errorf("flows: listing TCP sockets: %w", err)
+	for _, s := range socks {
+		m := s.InetDiagMsg
+		if m == nil || s.TCPInfo == nil || m.State != tcpEstablished {
+			continue
 		}
-		for _, s := range socks {
-			m := s.InetDiagMsg
-			if m == nil || s.TCPInfo == nil || m.State != tcpEstablished {
-				continue
-			}
-			if addr, ok := netip.AddrFromSlice(m.ID.Source); !ok || !isVIP[addr.Unmap()] {
-				continue
-			}
-			// A client on this node (the kubelet and the agent reach the API server at the VIP,
-			// which is local here) is not moved by a GOAWAY and goes with the node: not waited for.
-			if remote, ok := netip.AddrFromSlice(m.ID.Destination); ok && (isVIP[remote.Unmap()] || local[remote.Unmap()]) {
-				continue
-			}
-			conns = append(conns, ConnSample{
-				Key:       fmt.Sprintf("%s:%d-%s:%d", m.ID.Source, m.ID.SourcePort, m.ID.Destination, m.ID.DestinationPort),
-				Received:  s.TCPInfo.Bytes_received,
-				SinceData: time.Duration(s.TCPInfo.Last_data_recv) * time.Millisecond,
-			})
+		// A client on this node (the kubelet and the agent reach the API server at the VIP,
+		// which is local here) is not moved by a GOAWAY and goes with the node: not waited for.
+		if remote, ok := netip.AddrFromSlice(m.ID.Destination); ok && (isVIP[remote.Unmap()] || local[remote.Unmap()]) {
+			continue
 		}
+		conns = append(conns, ConnSample{
+			Key:       fmt.Sprintf("%s:%d-%s:%d", m.ID.Source, m.ID.SourcePort, m.ID.Destination, m.ID.DestinationPort),
+			Received:  s.TCPInfo.Bytes_received,
+			SinceData: time.Duration(s.TCPInfo.Last_data_recv) * time.Millisecond,
+		})
 	}
 	return b.Observe(now, conns), nil
 }

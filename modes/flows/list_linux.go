@@ -3,12 +3,8 @@
 package flows
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // TCP states (include/net/tcp_states.h) in which an accepted connection still receives segments:
@@ -30,51 +26,40 @@ func receiving(state uint8) bool {
 	return false
 }
 
+// receivingStates is receiving's states as sock_diag's state mask.
+const receivingStates = 1<<1 | 1<<3 | 1<<4 | 1<<5 | 1<<8 | 1<<9 | 1<<11
+
 // List returns the TCP connections this node terminates whose local address is one of vips and
 // whose local port is one of ports (every port when ports is empty), IPv4 and IPv6, sorted by
 // service then client: the oldest, at most PerClient per client address and MaxFlows in all, and
 // how many it left out. It reads the sockets of the calling thread's network namespace
 // (sock_diag), so it sees connections whatever process holds them.
 func List(vips []netip.Addr, ports []uint16) (Listing, error) {
-	isVIP := map[netip.Addr]bool{}
-	// An IPv4 client of a dual-stack listener (Go's, the API server's) is an AF_INET6 socket.
-	families := []uint8{unix.AF_INET6}
-	for _, v := range vips {
-		v = v.Unmap().WithZone("")
-		if v.Is4() && !slices.Contains(families, unix.AF_INET) {
-			families = append(families, unix.AF_INET)
-		}
-		isVIP[v] = true
-	}
-	if len(isVIP) == 0 {
-		return Listing{}, nil
+	socks, err := vipSocketsIn(vips, receivingStates, false)
+	if err != nil {
+		return Listing{}, err
 	}
 	var out []aged
-	for _, fam := range families {
-		socks, err := netlink.SocketDiagTCP(fam)
-		if err != nil {
-			return Listing{}, fmt.Errorf("flows: listing TCP sockets (family %d): %w", fam, err)
+	for _, r := range socks {
+		s := r.InetDiagMsg
+		if !receiving(s.State) {
+			continue
 		}
-		for _, s := range socks {
-			if !receiving(s.State) {
-				continue
-			}
-			local, ok := netip.AddrFromSlice(s.ID.Source)
-			if !ok || !isVIP[local.Unmap()] {
-				continue
-			}
-			if len(ports) > 0 && !slices.Contains(ports, s.ID.SourcePort) {
-				continue
-			}
-			remote, ok := netip.AddrFromSlice(s.ID.Destination)
-			if !ok {
-				continue
-			}
-			out = append(out, aged{flow: Flow{
-				Client:  netip.AddrPortFrom(remote.Unmap(), s.ID.DestinationPort),
-				Service: netip.AddrPortFrom(local.Unmap(), s.ID.SourcePort),
-			}, rank: rankOfInode(s.INode)})
+		local, ok := netip.AddrFromSlice(s.ID.Source)
+		if !ok {
+			continue
 		}
+		if len(ports) > 0 && !slices.Contains(ports, s.ID.SourcePort) {
+			continue
+		}
+		remote, ok := netip.AddrFromSlice(s.ID.Destination)
+		if !ok {
+			continue
+		}
+		out = append(out, aged{flow: Flow{
+			Client:  netip.AddrPortFrom(remote.Unmap(), s.ID.DestinationPort),
+			Service: netip.AddrPortFrom(local.Unmap(), s.ID.SourcePort),
+		}, rank: rankOfInode(s.INode)})
 	}
 	return selectFlows(out, MaxFlows, PerClient), nil
 }

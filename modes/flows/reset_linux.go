@@ -105,31 +105,9 @@ func busy(s *netlink.InetDiagTCPInfoResp) bool {
 const sameMillisecondBusy = 100 // ms
 
 // vipSockets lists the TCP sockets whose local address is vip, listeners aside, with their
-// tcp_info. An IPv4 VIP's connections may sit on IPv6 sockets too (a server listening on [::]
-// accepts IPv4 as v4-mapped addresses: Go's ":6443", kube-apiserver's default).
+// tcp_info.
 func vipSockets(vip netip.Addr) ([]*netlink.InetDiagTCPInfoResp, error) {
-	families := []uint8{syscall.AF_INET6}
-	if vip.Is4() {
-		families = append(families, syscall.AF_INET)
-	}
-	var out []*netlink.InetDiagTCPInfoResp
-	for _, fam := range families {
-		socks, err := netlink.SocketDiagTCPInfo(fam)
-		if err != nil {
-			return nil, fmt.Errorf("flows: list TCP sockets: %w", err)
-		}
-		for _, s := range socks {
-			if s.InetDiagMsg == nil {
-				continue
-			}
-			local, ok := netip.AddrFromSlice(s.InetDiagMsg.ID.Source)
-			if !ok || local.Unmap() != vip || s.InetDiagMsg.State == tcpListen {
-				continue
-			}
-			out = append(out, s)
-		}
-	}
-	return out, nil
+	return vipSocketsIn([]netip.Addr{vip}, statesAll, true)
 }
 
 // destroySocket sends SOCK_DESTROY for one socket as the dump described it (family, addresses,
