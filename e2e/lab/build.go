@@ -86,3 +86,25 @@ func ModuleRoot() (string, error) {
 	}
 	return filepath.Dir(mod), nil
 }
+
+// Binaries are the two programs every lab node runs: the agent (`caplb-agent`) and the stand-in
+// API server.
+type Binaries struct{ Agent, Standin string }
+
+// BuildBinaries builds the agent and the stand-in into a fresh temporary directory, once per
+// test process (the suites' TestMain). The returned cleanup removes the directory.
+func BuildBinaries() (Binaries, func(), error) {
+	dir, err := os.MkdirTemp("", "caplb-lab-bin-")
+	if err != nil {
+		return Binaries{}, func() {}, fmt.Errorf("temporary directory for lab binaries: %w", err)
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	b := Binaries{Agent: filepath.Join(dir, "caplb-agent"), Standin: filepath.Join(dir, "standin")}
+	for pkg, out := range map[string]string{"./cmd/caplb-agent": b.Agent, "./e2e/lab/standin": b.Standin} {
+		if err := BuildBinary(pkg, out); err != nil {
+			cleanup()
+			return Binaries{}, func() {}, err
+		}
+	}
+	return b, cleanup, nil
+}
