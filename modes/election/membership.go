@@ -109,6 +109,11 @@ type Membership struct {
 	// answered direct pings. Offsets from a monotonic reading, never wall
 	// clock nanoseconds: a step of the wall clock (NTP) must not make an
 	// owner's contact look older or younger than it is.
+	// selfAddr is this member's address: user messages go out from it.
+	selfAddr netip.Addr
+	// mux takes the user-message streams off memberlist's transport.
+	mux *streamMux
+
 	base        time.Time
 	confirmedAt atomic.Int64
 	// answers: each member's answers to direct pings (see contact.go).
@@ -180,6 +185,20 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}
 	mc.Label = cfg.Label
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("election: listen on %s:%d: %w", mc.BindAddr, cfg.Port, err)
+	}
+	if mc.BindPort == 0 {
+		mc.BindPort = nt.GetAutoBindPort()
+		mc.AdvertisePort = mc.BindPort
+	}
+	m.mux = &streamMux{NetTransport: nt, toMemberlist: make(chan net.Conn), onUser: m.receiveUser,
+		peekTimeout: mc.TCPTimeout, done: make(chan struct{})}
+	m.mux.start()
+	mc.Transport = m.mux
+	m.selfAddr = selfAddr
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 	mc.Alive = (*aliveFilter)(m)
@@ -187,6 +206,8 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = nt.Shutdown()
+		m.mux.close()
 		return nil, fmt.Errorf("election: start memberlist on %s:%d: %w", mc.BindAddr, cfg.Port, err)
 	}
 	m.ml = ml
@@ -307,6 +328,7 @@ func (m *Membership) Close() error {
 		close(m.stop)
 		m.wg.Wait()
 		err = m.ml.Shutdown()
+		m.mux.close()
 	})
 	return err
 }

@@ -2,6 +2,7 @@ package election
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -66,24 +67,20 @@ func TestParseUserMessage(t *testing.T) {
 	cases := []struct {
 		name     string
 		in       []byte
-		user     bool
 		from     string
 		payload  string
 		whatErrs string
 	}{
-		{name: "membership document", in: []byte(`{"version":1}`)},
-		{name: "empty", in: nil},
-		{name: "message", in: append([]byte{userMessageTag, 2}, "m1hello"...), user: true, from: "m1", payload: "hello"},
-		{name: "empty payload", in: append([]byte{userMessageTag, 2}, "m1"...), user: true, from: "m1"},
-		{name: "no length", in: []byte{userMessageTag}, user: true, whatErrs: "shorter"},
-		{name: "name cut short", in: append([]byte{userMessageTag, 5}, "m1"...), user: true, whatErrs: "shorter"},
-		{name: "no sender", in: []byte{userMessageTag, 0, 'x'}, user: true, whatErrs: "without a sender"},
+		{name: "message", in: append([]byte{2}, "m1hello"...), from: "m1", payload: "hello"},
+		{name: "empty payload", in: append([]byte{2}, "m1"...), from: "m1"},
+		{name: "empty", in: nil, whatErrs: "shorter"},
+		{name: "name cut short", in: append([]byte{5}, "m1"...), whatErrs: "shorter"},
+		{name: "no sender", in: []byte{0, 'x'}, whatErrs: "without a sender"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
-			from, payload, user, err := parseUserMessage(c.in)
-			g.Expect(user).To(Equal(c.user))
+			from, payload, err := parseUserMessage(c.in)
 			if c.whatErrs != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(c.whatErrs)))
 				return
@@ -93,4 +90,68 @@ func TestParseUserMessage(t *testing.T) {
 			g.Expect(string(payload)).To(Equal(c.payload))
 		})
 	}
+}
+
+// TestUserMessageSenderIsBound: a member holding the gossip key that names another member as
+// the sender is not believed (the receiver checks the connection's address against gossip's),
+// nor is a message sealed with another key; the member's own messages still arrive. Before user
+// streams, the sender's name was whatever the message said.
+func TestUserMessageSenderIsBound(t *testing.T) {
+	g := NewWithT(t)
+	port := freePort(t)
+	key := []byte("0123456789abcdef")
+	var members []Member
+	for i := 1; i <= 3; i++ {
+		members = append(members, Member{Name: fmt.Sprintf("m%d", i), Address: netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})})
+	}
+	type got struct{ from, payload string }
+	var mu sync.Mutex
+	var inbox []got
+	var ms []*Membership
+	for _, self := range members {
+		name := self.Name
+		m, err := Start(Config{
+			Self: name, Members: members, Port: port, Keys: [][]byte{key}, Label: "lb",
+			ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
+			SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
+			OnMessage: func(from string, payload []byte) {
+				if name != "m2" {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				inbox = append(inbox, got{from, string(payload)})
+			},
+		}, Meta{}, logr.Discard())
+		g.Expect(err).NotTo(HaveOccurred())
+		ms = append(ms, m)
+		t.Cleanup(func() { _ = m.Close() })
+	}
+	g.Eventually(func() int { return ms[2].ml.NumMembers() }, 5*time.Second, 20*time.Millisecond).Should(Equal(3))
+	received := func() []got {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]got(nil), inbox...)
+	}
+	forge := func(as string, sealer *Membership) {
+		body, err := sealer.seal(append([]byte{byte(len(as))}, as+"forged"...))
+		g.Expect(err).NotTo(HaveOccurred())
+		frame := append(append([]byte(nil), userStreamMagic...), byte(len(body)>>24), byte(len(body)>>16), byte(len(body)>>8), byte(len(body)))
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}
+		c, err := d.Dial("tcp", net.JoinHostPort("127.0.0.2", fmt.Sprint(port)))
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = c.Write(append(frame, body...))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(c.Close()).To(Succeed())
+	}
+	// m3, with the key, speaks as m1.
+	forge("m1", ms[2])
+	// Sealed with a key the members do not have.
+	stranger := &Membership{cfg: Config{Keys: [][]byte{[]byte("fedcba9876543210")}, Label: "lb"}}
+	forge("m3", stranger)
+	// m3's own message, after both.
+	g.Expect(ms[2].Send("m2", []byte("mine"))).To(Succeed())
+	g.Eventually(received, 5*time.Second, 10*time.Millisecond).Should(ContainElement(got{"m3", "mine"}))
+	g.Consistently(received, 300*time.Millisecond, 20*time.Millisecond).Should(Equal([]got{{"m3", "mine"}}),
+		"neither the forged sender nor the foreign key got through")
 }

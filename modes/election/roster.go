@@ -147,7 +147,18 @@ func (b rosterBroadcast) Invalidates(o memberlist.Broadcast) bool { return true 
 func (b rosterBroadcast) Message() []byte                         { return b }
 func (b rosterBroadcast) Finished()                               {}
 
-func (d *delegate) NotifyMsg(b []byte) { (*Membership)(d).notifyMsg(b) }
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) > 0 && b[0] == legacyUserMessageTag {
+		// A user message of an agent before user streams (an upgrade in progress): its sender
+		// cannot be told, so it is not taken.
+		(*Membership)(d).log.V(1).Info("ignoring a user message sent through memberlist by an older agent")
+		return
+	}
+	(*Membership)(d).offer(b)
+}
+
+// legacyUserMessageTag opened the user messages older agents sent through memberlist.
+const legacyUserMessageTag = 0xCA
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	if d.bcast == nil {
