@@ -123,6 +123,10 @@ func (r *LoadBalancerReconciler) ensure(ctx context.Context, s *scope, members [
 		for _, c := range es.Conditions {
 			conditions.Set(lb, c)
 		}
+		if a := lb.Spec.Backend.ARP; a == nil || a.TakeOver == nil {
+			// The takeover's condition describes a spec field; without the field it would be stale.
+			conditions.Delete(lb, lbv1.KubeVIPTakeOverReadyCondition)
+		}
 		for _, e := range es.Events {
 			r.event(lb, nil, e.Warning, e.Reason, "Ensure", "%s", e.Message)
 		}

@@ -149,6 +149,62 @@ const (
 	WaitingForAgentsReason = "WaitingForAgents"
 )
 
+// The condition and reasons of a takeover from kube-vip (spec.backend.arp.takeOver.kubeVIP).
+// The manager reads kube-vip's mirror Pods (kube-system/kube-vip-<node>) in the workload cluster
+// and judges the configuration kube-vip runs with, from the Pods' env and args as kube-vip itself
+// reads them. Each False reason names one setting that makes a hand-over unsafe or impossible;
+// the message names the Pods, the setting and the fix. See docs/migrate-from-kube-vip.md.
+const (
+	// KubeVIPTakeOverReadyCondition is set only with spec.backend.arp.takeOver.kubeVIP: True
+	// when every kube-vip mirror Pod runs a configuration caplb can take the VIP over from (its
+	// message names the Lease and the nodes), False with a reason below when not, Unknown while
+	// the Pods cannot be read.
+	KubeVIPTakeOverReadyCondition = "KubeVIPTakeOverReady"
+	// KubeVIPTakeOverReadyReason: kube-vip serves the VIP from ARP with Lease election, and
+	// nothing in its configuration stands in the way.
+	KubeVIPTakeOverReadyReason = "KubeVIPTakeOverReady"
+	// KubeVIPPodsUnreadableReason (Unknown): the workload cluster's Pods cannot be read yet (no
+	// connection, or RBAC); the message carries the error.
+	KubeVIPPodsUnreadableReason = "KubeVIPPodsUnreadable"
+	// KubeVIPNotFoundReason: no kube-vip mirror Pod in kube-system: kube-vip does not run as a
+	// static pod (a DaemonSet is an in-place takeover, not supported), or it is gone already.
+	KubeVIPNotFoundReason = "KubeVIPNotFound"
+	// KubeVIPConfigUnreadableReason: a setting the check needs comes from somewhere the manager
+	// cannot read (a config file on the node, an env valueFrom) or does not parse (kube-vip
+	// would not start with it either).
+	KubeVIPConfigUnreadableReason = "KubeVIPConfigUnreadable"
+	// KubeVIPPodsDisagreeReason: the mirror Pods run different configurations (kube-vip's own
+	// change is half rolled out); which one would hand over is not known.
+	KubeVIPPodsDisagreeReason = "KubeVIPPodsDisagree"
+	// KubeVIPControlPlaneDisabledReason: cp_enable is not true: this kube-vip does not serve a
+	// control-plane VIP, so there is nothing to take over.
+	KubeVIPControlPlaneDisabledReason = "KubeVIPControlPlaneDisabled"
+	// KubeVIPAddressMismatchReason: kube-vip's address (or vip_address) is not the
+	// LoadBalancer's VIP (spec.endpoint.host), or is a DNS name or several addresses.
+	KubeVIPAddressMismatchReason = "KubeVIPAddressMismatch"
+	// KubeVIPBGPEnabledReason: kube-vip announces the VIP by BGP (bgp_enable); the arp backend
+	// takes over an ARP VIP only.
+	KubeVIPBGPEnabledReason = "KubeVIPBGPEnabled"
+	// KubeVIPARPDisabledReason: vip_arp is not true: kube-vip does not answer ARP for the VIP.
+	KubeVIPARPDisabledReason = "KubeVIPARPDisabled"
+	// KubeVIPLeaderElectionDisabledReason: vip_leaderelection is not true: there is no Lease
+	// to fence kube-vip with.
+	KubeVIPLeaderElectionDisabledReason = "KubeVIPLeaderElectionDisabled"
+	// KubeVIPEtcdElectionReason: kube-vip elects through etcd (--leaderElectionType etcd), not
+	// a Kubernetes Lease: the manager cannot fence it. Not supported.
+	KubeVIPEtcdElectionReason = "KubeVIPEtcdElection"
+	// KubeVIPLeaseMismatchReason: kube-vip elects on another Lease than
+	// spec.backend.arp.takeOver.kubeVIP names; a fence there would not stop it.
+	KubeVIPLeaseMismatchReason = "KubeVIPLeaseMismatch"
+	// KubeVIPPreserveOnLeadershipLossReason: vip_preserve_on_leadership_loss is true: a fenced
+	// kube-vip keeps the VIP on its interface, so two nodes would hold it. Not supported.
+	KubeVIPPreserveOnLeadershipLossReason = "KubeVIPPreserveOnLeadershipLoss"
+	// KubeVIPServiceVIPsReason: svc_enable is true (CAPV's template sets it) and
+	// spec.backend.arp.takeOver.kubeVIP.acknowledgeServiceVIPs is not: kube-vip's Service VIPs
+	// would go with it.
+	KubeVIPServiceVIPsReason = "KubeVIPServiceVIPs"
+)
+
 // Conditions and reasons of the wireguard backend.
 const (
 	// GatewaysReadyCondition is True when every gateway in spec.backend.wireguard.gateways has

@@ -6,6 +6,7 @@ package v1alpha1
 // busyDrain counts the connections on sockets bound to the VIP; spread connections reach the API
 // servers at node addresses, so with spread it would hold for none of them: refused.
 // +kubebuilder:validation:XValidation:rule="!has(self.loadBalancing) || self.loadBalancing != 'spread' || !has(self.agent) || !has(self.agent.timers) || !has(self.agent.timers.busyDrain) || !self.agent.timers.busyDrain.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$') || self.agent.timers.busyDrain == '0' || duration(self.agent.timers.busyDrain) == duration('0s')",message="spec.backend.arp.agent.timers.busyDrain cannot be used with spec.backend.arp.loadBalancing spread: spread connections reach the API servers at node addresses, not the VIP, so the holder counts none of them as busy; remove busyDrain (or set it to 0s), or use loadBalancing single",fieldPath=".agent.timers.busyDrain"
+// +kubebuilder:validation:XValidation:rule="!has(self.takeOver) || !has(self.addressFrom)",message="spec.backend.arp.takeOver cannot be used with spec.backend.arp.addressFrom: the VIP taken over is the Cluster's existing endpoint, which no pool allocates; remove addressFrom and set spec.endpoint.host to that address",fieldPath=".takeOver"
 type ARPBackend struct {
 	VIPBackend `json:",inline"`
 
@@ -19,6 +20,77 @@ type ARPBackend struct {
 	// +optional
 	// +kubebuilder:validation:Enum=single;spread
 	LoadBalancing string `json:"loadBalancing,omitempty"`
+
+	// takeOver says that another VIP manager serves this LoadBalancer's VIP today and caplb is to
+	// take the address over from it, rather than claim a new one. A cluster that runs kube-vip
+	// can only move to caplb by keeping its VIP (its certificates and every kubeconfig name it),
+	// and two speakers on one address must be ordered. The manager first checks that the running
+	// manager's configuration allows a hand-over and reports why not in the KubeVIPTakeOverReady
+	// condition. Requires spec.endpoint.host set to the VIP and spec.clusterName. See
+	// docs/migrate-from-kube-vip.md (parts of the hand-over are not implemented yet).
+	// +optional
+	TakeOver *ARPTakeOver `json:"takeOver,omitempty"`
+}
+
+// ARPTakeOver names the VIP manager caplb takes the VIP over from. Exactly one member is set.
+// +kubebuilder:validation:MinProperties=1
+// +kubebuilder:validation:MaxProperties=1
+type ARPTakeOver struct {
+	// kubeVIP: kube-vip runs as a static pod on the control-plane nodes (KubeadmControlPlane
+	// files, as CAPV's templates inject it), in ARP mode with Kubernetes Lease election. The
+	// manager reads its mirror Pods (kube-system/kube-vip-<node>) in the workload cluster.
+	// +optional
+	KubeVIP *KubeVIPTakeOver `json:"kubeVIP,omitempty"`
+}
+
+// KubeVIPTakeOver describes the kube-vip deployment caplb takes the VIP over from.
+type KubeVIPTakeOver struct {
+	// leaseNamespace of kube-vip's control-plane election Lease (kube-vip's cp_namespace). The
+	// manager refuses when kube-vip's mirror Pods elect on another Lease: a fence on the wrong
+	// Lease would not stop kube-vip. Default kube-system.
+	// +optional
+	// +kubebuilder:default=kube-system
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.backend.arp.takeOver.kubeVIP.leaseNamespace must be a namespace name: lower-case letters, digits and '-', like kube-system"
+	LeaseNamespace string `json:"leaseNamespace,omitempty"`
+
+	// leaseName of kube-vip's control-plane election Lease (kube-vip's vip_leasename), for the
+	// same reason. Default plndr-cp-lock, kube-vip's own default.
+	// +optional
+	// +kubebuilder:default=plndr-cp-lock
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.backend.arp.takeOver.kubeVIP.leaseName must be a Lease name: lower-case letters, digits, '-' and '.', like plndr-cp-lock"
+	LeaseName string `json:"leaseName,omitempty"`
+
+	// acknowledgeServiceVIPs accepts that kube-vip's Service VIPs (svc_enable "true", which
+	// CAPV's template sets) stop being served once kube-vip leaves the control-plane nodes:
+	// caplb serves the control-plane VIP only. Without it the manager refuses a kube-vip that
+	// serves Services. Either move the Service VIPs to a services-only kube-vip (or another
+	// Service load balancer) first, or set this when no Service of type LoadBalancer uses them.
+	// +optional
+	AcknowledgeServiceVIPs bool `json:"acknowledgeServiceVIPs,omitempty"`
+}
+
+// kube-vip's defaults for its control-plane election Lease.
+const (
+	DefaultKubeVIPLeaseNamespace = "kube-system"
+	DefaultKubeVIPLeaseName      = "plndr-cp-lock"
+)
+
+// EffectiveLeaseNamespace returns leaseNamespace or its default.
+func (k *KubeVIPTakeOver) EffectiveLeaseNamespace() string {
+	if k.LeaseNamespace == "" {
+		return DefaultKubeVIPLeaseNamespace
+	}
+	return k.LeaseNamespace
+}
+
+// EffectiveLeaseName returns leaseName or its default.
+func (k *KubeVIPTakeOver) EffectiveLeaseName() string {
+	if k.LeaseName == "" {
+		return DefaultKubeVIPLeaseName
+	}
+	return k.LeaseName
 }
 
 // ARP load-balancing modes (ARPBackend.LoadBalancing).

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
@@ -97,6 +98,9 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 				"not the VIP, so the holder counts none of them as busy; remove busyDrain (or set it to 0s), or use loadBalancing single"))
 	}
 	errs = append(errs, validateHealth(ap, v.Agent)...)
+	if a := spec.Backend.ARP; a != nil && a.TakeOver != nil {
+		errs = append(errs, validateTakeOver(spec, bp.Child("takeOver"), a.TakeOver)...)
+	}
 	if bg := spec.Backend.BGP; bg != nil {
 		errs = append(errs, validateBGP(bp, bg)...)
 	}
@@ -235,6 +239,38 @@ func validateHealth(ap *field.Path, a lbv1.AgentSpec) field.ErrorList {
 	}
 	if a.CAFile != "" && h.Type != "" && h.Type != lbv1.AgentHealthHTTPS {
 		errs = append(errs, field.Invalid(ap.Child("caFile"), a.CAFile, "verifies the https health check only: remove it for health type "+h.Type))
+	}
+	return errs
+}
+
+// validateTakeOver repeats the CRD's rules on spec.backend.arp.takeOver: the VIP taken over is
+// the Cluster's existing endpoint, so it must be spec.endpoint.host, and kube-vip's Pods are read
+// in spec.clusterName's workload cluster.
+func validateTakeOver(spec *lbv1.LoadBalancerSpec, tp *field.Path, t *lbv1.ARPTakeOver) field.ErrorList {
+	var errs field.ErrorList
+	if t.KubeVIP == nil {
+		return append(errs, field.Required(tp.Child("kubeVIP"),
+			"name the VIP manager the address is taken over from: kubeVIP is the only one supported"))
+	}
+	if _, err := netip.ParseAddr(spec.Endpoint.Host); err != nil {
+		errs = append(errs, field.Required(field.NewPath("spec", "endpoint", "host"), fmt.Sprintf(
+			"must be set to the VIP with %s: the address taken over is the Cluster's existing endpoint; "+
+				"set spec.endpoint.host to that IP address (the host of the Cluster's spec.controlPlaneEndpoint)", tp)))
+	}
+	if spec.ClusterName == "" {
+		errs = append(errs, field.Required(field.NewPath("spec", "clusterName"), fmt.Sprintf(
+			"required with %s: the VIP manager's Pods are read in that Cluster's workload cluster; set it to the Cluster whose endpoint is taken over", tp)))
+	}
+	kp := tp.Child("kubeVIP")
+	if ns := t.KubeVIP.LeaseNamespace; ns != "" {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(kp.Child("leaseNamespace"), ns, "must be a namespace name, like kube-system: "+msg))
+		}
+	}
+	if n := t.KubeVIP.LeaseName; n != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(n) {
+			errs = append(errs, field.Invalid(kp.Child("leaseName"), n, "must be a Lease name, like plndr-cp-lock: "+msg))
+		}
 	}
 	return errs
 }

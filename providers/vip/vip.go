@@ -85,6 +85,9 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 		return st, nil
 	}
 	st.Endpoint = lbv1.APIEndpoint{Host: addr.vip, Port: lb.Spec.EffectivePort()}
+	if c := b.takeOverCondition(ctx, lb, addr.vip); c != nil {
+		st.Conditions = append(st.Conditions, *c)
+	}
 
 	sec, cur, err := b.loadSecret(ctx, lb)
 	if err != nil {
