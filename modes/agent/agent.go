@@ -96,7 +96,7 @@ func newAgent(cfg *agentv1.AgentConfiguration, log logr.Logger, p agentParts) *A
 	return &Agent{
 		cfg: cfg, log: log, dp: p.dp, ml: p.ml, health: p.health, m: p.m,
 		prober: p.prober, store: p.store, link: p.link,
-		rules: rules{cfg: cfg, vips: cfg.ParsedVIPs(), probeBootstrap: p.prober != nil},
+		rules: rules{cfg: cfg, vips: cfg.ParsedVIPs(), probeBootstrap: p.prober != nil && cfg.Membership.Dynamic, canProbe: p.prober != nil},
 		wake:  make(chan struct{}, 1), quiesceC: make(chan quiesceRequest, 8),
 		st: loopState{quiesceBy: map[string]string{}},
 	}

@@ -84,6 +84,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bgp flow sharing needs the gossip key", strings.NewReplacer("  secretKeyFile: /etc/caplb/gossip.key\n", "  insecure: true\n", `, "2001:db8::10"`, "").Replace(validYAML) +
 			"mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}]}\n",
 			[]string{"election.insecure: cannot carry bgp.flowSharing", "bgp.flowSharing: false"}},
+		{"claimWhenSilent in bgp mode", validYAML + "mode: bgp\nbgp: {asn: 64512, peers: [{address: 192.0.2.1, asn: 64500}, {address: 2001:db8::1, asn: 64500}]}\narp: {claimWhenSilent: true}\n",
+			[]string{"arp.claimWhenSilent: only the arp mode claims a VIP by ARP"}},
 		{"several errors at once", "vips: []\nmembers: []\nport: 70000\n",
 			[]string{"vips: is empty", "members: is empty", "port: 70000 is out of range"}},
 	}

@@ -109,6 +109,9 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		if h := r.starvedHolder(v, in.answers, now); h != "" {
 			return false, fmt.Sprintf(starvedWithheld, "claim", h), needNothing
 		}
+		if ok, why, n := r.vipSilent(st, in, v, "claim"); !ok {
+			return false, why, n
+		}
 		return r.confirmClaim(st, in, "claim", d.Reason)
 	case eligible:
 		if st.holding {
@@ -121,6 +124,9 @@ func (r rules) decide(st *loopState, in inputs, eligible bool, v election.View, 
 		}
 		if h := r.starvedHolder(v, in.answers, now); h != "" {
 			return false, fmt.Sprintf(starvedWithheld, "fail-open claim", h), needNothing
+		}
+		if ok, why, n := r.vipSilent(st, in, v, "fail-open claim"); !ok {
+			return false, why, n
 		}
 		return r.confirmClaim(st, in, "fail-open claim",
 			"fail-open: nobody holds the VIP and no member is eligible; this node, the most preferred, claims it")
@@ -300,6 +306,53 @@ func (r rules) decideBootstrap(st *loopState, in inputs, eligible bool) (bool, s
 		return false, st.lastProbe, needNothing
 	}
 	return true, "bootstrap membership: nobody answers for the VIP; holding it alone", needNothing
+}
+
+// vipSilent: with arp.claimWhenSilent, a claim made while no member holds or last held the VIP
+// waits until no other host answers ARP for it (another speaker, kube-vip during a takeover,
+// still has it). Once a member held it, hand-overs are the membership's own: a quiet old holder
+// still answers ARP while it drains, and waiting for its silence would stop the VIP for the drain.
+func (r rules) vipSilent(st *loopState, in inputs, v election.View, what string) (bool, string, need) {
+	if !r.cfg.ARP.ClaimWhenSilent || r.cfg.Mode != agentv1.ModeARP || v.LastHolder != "" || heldByMember(v, r.cfg.NodeName) {
+		return true, "", needNothing
+	}
+	now := in.now
+	switch {
+	case !r.canProbe:
+		return false, what + " withheld: arp.claimWhenSilent is set but no ARP prober runs here", needNothing
+	case now.Before(st.nextProbe):
+		return false, st.lastProbe + " (probing again shortly)", needNothing
+	case in.probe == nil:
+		return false, "", needProbe
+	}
+	st.nextProbe = now.Add(silentProbeBackoff)
+	switch p := in.probe; {
+	case p.err != nil:
+		st.lastProbe = fmt.Sprintf("%s withheld: probing the VIP failed: %v", what, p.err)
+		return false, st.lastProbe, needNothing
+	case p.res.answered:
+		st.lastProbe = what + " withheld: another host answers ARP for the VIP (arp.claimWhenSilent: a takeover waits until it lets go)"
+		return false, st.lastProbe, needNothing
+	case p.res.competing:
+		st.lastProbe = what + " withheld: another host probes for the VIP"
+		return false, st.lastProbe, needNothing
+	}
+	st.lastProbe = ""
+	return true, "", needNothing
+}
+
+// silentProbeBackoff separates a takeover's probes: short, since the VIP has no holder from the
+// moment the other speaker lets go until this member claims (a probe takes 400 ms).
+const silentProbeBackoff = 100 * time.Millisecond
+
+// heldByMember: gossip says a member other than self holds the VIP.
+func heldByMember(v election.View, self string) bool {
+	for _, m := range append(append([]election.MemberView{}, v.Members...), v.Others...) {
+		if m.Name != self && m.Alive && m.Meta.Holding {
+			return true
+		}
+	}
+	return false
 }
 
 // failOpen: election.failOpen, default true.

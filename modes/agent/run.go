@@ -101,7 +101,7 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	if ml != nil && share == nil {
 		parts.ml = ml
 	}
-	if cfg.Mode == agentv1.ModeARP && cfg.Membership.Dynamic {
+	if cfg.Mode == agentv1.ModeARP && (cfg.Membership.Dynamic || cfg.ARP.ClaimWhenSilent) {
 		parts.prober = newARPProber(ifName)
 	}
 	a := newAgent(cfg, log, parts)

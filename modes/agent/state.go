@@ -19,6 +19,8 @@ type rules struct {
 	// probeBootstrap: in the bootstrap membership, check that nobody
 	// answers for the VIP before taking it (an ARP prober is wired).
 	probeBootstrap bool
+	// canProbe: an ARP prober is wired (arp.claimWhenSilent needs it).
+	canProbe bool
 }
 
 // loopState is all the agent loop remembers from one step to the next. Only

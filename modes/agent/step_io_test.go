@@ -58,6 +58,9 @@ func TestStepIOKinds(t *testing.T) {
 	})
 	lapsed := with(moment(t0, self, peer("b", true, holdingPeer), peer("c", true, eligiblePeer)),
 		func(in *inputs) { in.confirmedAt = t0.Add(-600 * time.Millisecond) })
+	// A takeover: self elected, nobody of the membership holds or held the VIP.
+	silent := func(c *agentv1.AgentConfiguration) { c.ARP.ClaimWhenSilent = true }
+	unheld := moment(t0, self, peer("b", true, eligiblePeer), peer("c", true, eligiblePeer))
 	bootstrap := inputs{now: t0, healthy: true, linkUp: true, election: true, view: election.View{Self: "self"},
 		confirmedAt: t0.Add(-600 * time.Millisecond)}
 	for _, tc := range []struct {
@@ -89,6 +92,27 @@ func TestStepIOKinds(t *testing.T) {
 		{name: "probe only: a bootstrap node with contact lapsed and busyDrain set",
 			tweak: bootstrapProbe, probe: true, st: loopState{}, in: bootstrap,
 			asked: []need{needProbe}, holding: true, reason: "nobody answers for the VIP"},
+		{name: "takeover: a probe first; another host answers: withheld",
+			tweak: silent, probe: true, st: settled(), in: unheld, ans: ioAnswers{reached: 2, probe: probeOutcome{res: probeResult{answered: true}}},
+			asked: []need{needProbe}, reason: "another host answers ARP for the VIP"},
+		{name: "takeover: the VIP silent: probe, then the direct-ping round, then the claim",
+			tweak: silent, probe: true, st: settled(), in: unheld, ans: ioAnswers{reached: 2},
+			asked: []need{needProbe, needConfirmation}, holding: true},
+		{name: "takeover: a probing competitor: withheld",
+			tweak: silent, probe: true, st: settled(), in: unheld, ans: ioAnswers{reached: 2, probe: probeOutcome{res: probeResult{competing: true}}},
+			asked: []need{needProbe}, reason: "another host probes for the VIP"},
+		{name: "takeover: no prober wired: never claims",
+			tweak: silent, st: settled(), in: unheld, ans: ioAnswers{reached: 2},
+			reason: "no ARP prober runs here"},
+		{name: "takeover done: a member held the VIP (it answers ARP while it drains): no probe",
+			tweak: silent, probe: true, st: settled(), in: with(unheld, func(in *inputs) { in.view.LastHolder = "b" }),
+			ans: ioAnswers{reached: 2, probe: probeOutcome{res: probeResult{answered: true}}},
+			asked: []need{needConfirmation}, holding: true},
+		{name: "takeover: the fail-open claim probes too",
+			tweak: silent, probe: true, st: settled(),
+			in: with(moment(t0, self, peer("b", true, downPeer), peer("c", true, downPeer)), func(in *inputs) { in.healthy = false }),
+			ans: ioAnswers{reached: 2, probe: probeOutcome{res: probeResult{answered: true}}},
+			asked: []need{needProbe}, reason: "fail-open claim withheld: another host answers ARP"},
 		{name: "nothing: a bootstrap node quiescing with busyDrain set",
 			tweak: bootstrapProbe, probe: true, st: loopState{quiescing: true, quiesceBy: map[string]string{"admin": "x"}}, in: bootstrap,
 			reason: "not eligible: quiescing"},
@@ -96,7 +120,8 @@ func TestStepIOKinds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			r := stepRules(t, tc.tweak)
-			r.probeBootstrap = tc.probe
+			r.probeBootstrap = tc.probe && r.cfg.Membership.Dynamic
+			r.canProbe = tc.probe
 			asked, st, out, repeated := driveTurn(r, tc.st, tc.in, tc.ans)
 			g.Expect(asked).To(Equal(tc.asked))
 			g.Expect(repeated).To(Equal(needNothing), "no kind asked for twice")

@@ -117,6 +117,9 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	if a := lb.Spec.Backend.ARP; a != nil {
 		c.Interface = v.Agent.Interface
 		c.ARP.LoadBalancing = a.LoadBalancing
+		// A takeover: kube-vip keeps the VIP until it lets go (the fence Lease); the agents claim
+		// it only once nobody answers ARP for it.
+		c.ARP.ClaimWhenSilent = a.TakeOver != nil && a.TakeOver.KubeVIP != nil
 	}
 	c.Members = append([]agentv1.MemberConfig{}, in.membership.Members...)
 	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}

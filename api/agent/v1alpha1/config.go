@@ -266,6 +266,9 @@ func (c *AgentConfiguration) Validate() error {
 	default:
 		bad("arp.loadBalancing", "%q is not a mode; use %q or %q", c.ARP.LoadBalancing, LoadBalancingSingle, LoadBalancingSpread)
 	}
+	if c.ARP.ClaimWhenSilent && c.Mode != ModeARP {
+		bad("arp.claimWhenSilent", "only the arp mode claims a VIP by ARP; remove it in %s mode", c.Mode)
+	}
 	if c.ARP.LoadBalancing == LoadBalancingSpread && c.Mode != ModeBGP && c.Quiesce.BusyDrain.Duration > 0 {
 		// The busy count reads the sockets bound to the VIPs; spread connections reach the API
 		// servers at node addresses, so the holder would count none and release mid-request.

@@ -203,6 +203,13 @@ type ARPConfig struct {
 	// net.ipv4.ip_forward=1, as kubeadm's preflight does). Only VIPs of the members' address
 	// family are spread.
 	LoadBalancing string `json:"loadBalancing,omitempty"`
+	// ClaimWhenSilent: while no member of this membership holds or last held the VIP, a claim
+	// first probes it (RFC 5227: ARP requests from 0.0.0.0, 3 × 100 ms, then 200 ms of
+	// listening) and is made only if no other host answers; otherwise it waits and probes again.
+	// Another speaker (kube-vip, during a takeover) keeps the VIP until it lets go, and two
+	// speakers never answer for it at once. The manager sets it with
+	// spec.backend.arp.takeOver.kubeVIP.
+	ClaimWhenSilent bool `json:"claimWhenSilent,omitempty"`
 }
 
 // ARP load-balancing modes (ARPConfig.LoadBalancing).
