@@ -69,6 +69,12 @@ func (r *LoadBalancerReconciler) reconcileEndpointMove(ctx context.Context, s *s
 		}
 		return nil
 	}
+	if o.Status == nil || o.Status.Step != d.Do {
+		// Next passed the gates to a writing step: store that step first, write next time, so
+		// that the stored step always names the write that may have happened.
+		s.requeueAfter(moveStepRequeue)
+		return nil
+	}
 	m := endpointmove.Move{Old: d.Status.OldEndpoint, New: d.Status.NewEndpoint}
 	changed, err := r.doMoveStep(ctx, s, m, d.Do)
 	if err != nil {

@@ -19,7 +19,9 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 )
@@ -198,3 +200,51 @@ func TestEndpointMoveRefusesANonPublisher(t *testing.T) {
 }
 
 var _ ServingCertChecker = &fakeCerts{}
+
+// TestEndpointMoveResumesAfterLostStatus: every other reconcile loses its status write, as a
+// manager stopped between a step's write and the status recording it would; the move still
+// finishes, and no object is written twice.
+func TestEndpointMoveResumesAfterLostStatus(t *testing.T) {
+	h, wl, certs := moveFixture(t)
+	certs.failing = nil
+	writes := map[string]int{}
+	h.r.ClusterCache = &fakeClusterCache{c: interceptor.NewClient(wl.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			writes["ConfigMap/"+obj.GetName()]++
+			return c.Patch(ctx, obj, p, opts...)
+		}})}
+	lose := false
+	h.r.Client = interceptor.NewClient(h.c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*clusterv1.Cluster); ok {
+				writes["Cluster/"+obj.GetName()]++
+			}
+			if o, ok := obj.(*lbv1.LoadBalancer); ok && o.Name == "old" {
+				writes["LoadBalancer/old"]++
+			}
+			return c.Patch(ctx, obj, p, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes["Secret/"+obj.GetName()]++
+			return c.Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			if lose {
+				return errors.New("manager stopped before the status write")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+	})
+	for i := range 30 {
+		lose = i%2 == 1
+		_, _ = h.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: "new"}})
+		if st := h.lb("new").Status.EndpointMove; st != nil && st.Step == lbv1.MoveStepDone {
+			break
+		}
+	}
+	h.g.Expect(h.lb("new").Status.EndpointMove.Step).To(Equal(lbv1.MoveStepDone))
+	h.g.Expect(writes).To(Equal(map[string]int{
+		"ConfigMap/cluster-info": 1, "ConfigMap/kubeadm-config": 1, "ConfigMap/kube-proxy": 1,
+		"Secret/prod-kubeconfig": 1, "LoadBalancer/old": 1, "Cluster/prod": 1,
+	}))
+}
