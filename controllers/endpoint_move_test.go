@@ -15,7 +15,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -247,4 +250,49 @@ func TestEndpointMoveResumesAfterLostStatus(t *testing.T) {
 		"ConfigMap/cluster-info": 1, "ConfigMap/kubeadm-config": 1, "ConfigMap/kube-proxy": 1,
 		"Secret/prod-kubeconfig": 1, "LoadBalancer/old": 1, "Cluster/prod": 1,
 	}))
+}
+
+var kcpGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmControlPlane"}
+
+// TestEndpointMoveAddsCertSANs: with certSANs AddToControlPlane the move adds the missing hosts
+// to the KubeadmControlPlane (E1's and E2's, keeping what is there) and waits for the members.
+func TestEndpointMoveAddsCertSANs(t *testing.T) {
+	h, _, certs := moveFixture(t)
+	g := h.g
+	ctx := context.Background()
+	kcp := &unstructured.Unstructured{}
+	kcp.SetGroupVersionKind(kcpGVK)
+	kcp.SetNamespace("ns")
+	kcp.SetName("prod-cp")
+	g.Expect(unstructured.SetNestedStringSlice(kcp.Object, []string{"localhost"}, kcpCertSANsPath...)).To(Succeed())
+	g.Expect(h.c.Create(ctx, kcp)).To(Succeed())
+	mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{kcpGVK.GroupVersion()})
+	mapper.Add(kcpGVK, meta.RESTScopeNamespace)
+	h.r.RESTMapper = mapper
+	cl := h.cluster("prod")
+	orig := cl.DeepCopy()
+	cl.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{APIGroup: kcpGVK.Group, Kind: kcpGVK.Kind, Name: "prod-cp"}
+	g.Expect(h.c.Patch(ctx, cl, client.MergeFrom(orig))).To(Succeed())
+	lb := h.lb("new")
+	orig2 := lb.DeepCopy()
+	lb.Spec.TakeOverEndpointFrom.CertSANs = lbv1.CertSANsAddToControlPlane
+	g.Expect(h.c.Patch(ctx, lb, client.MergeFrom(orig2))).To(Succeed())
+
+	h.reconcile("new")
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(kcpGVK)
+	g.Expect(h.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "prod-cp"}, got)).To(Succeed())
+	sans, _, _ := unstructured.NestedStringSlice(got.Object, kcpCertSANsPath...)
+	g.Expect(sans).To(Equal([]string{"localhost", "api.prod.example.com", "10.0.0.10"}))
+	c := h.moveCondition("new")
+	g.Expect(c.Reason).To(Equal(lbv1.WaitingForCertSANsReason))
+	g.Expect(c.Message).To(ContainSubstring("Adding api.prod.example.com, 10.0.0.10 to KubeadmControlPlane"))
+
+	// The rollout replaced cp-b: every member verifies, the certSANs hold both hosts: the move goes on.
+	certs.failing = nil
+	h.reconcile("new")
+	g.Expect(h.lb("new").Status.EndpointMove.Step).To(Equal(lbv1.MoveStepClusterInfo))
+	rv := got.GetResourceVersion()
+	g.Expect(h.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "prod-cp"}, got)).To(Succeed())
+	g.Expect(got.GetResourceVersion()).To(Equal(rv), "nothing more to add")
 }
