@@ -126,6 +126,16 @@ func TestTakeOverWebhook(t *testing.T) {
 		{"create taking over from nothing", admissionv1.Create, takeOverLB("new", "ghost"), nil, "no LoadBalancer ghost"},
 		{"update adding the field", admissionv1.Update, takeOverLB("new", "extra"), plain, "does not publish"},
 		{"a stored move is the reconciler's", admissionv1.Update, takeOverLB("new", "extra"), takeOverLB("new", "extra"), ""},
+		{"set again after the old one let go", admissionv1.Update, takeOverLB("new", "extra"), func() *lbv1.LoadBalancer {
+			lb := webhookLB("ns", "new", "c", 10, ptr.To(false))
+			lb.Status.EndpointMove = &lbv1.EndpointMoveStatus{From: "extra", Step: lbv1.MoveStepClusterEndpoint}
+			return lb
+		}(), ""},
+		{"set again before the old one let go", admissionv1.Update, takeOverLB("new", "extra"), func() *lbv1.LoadBalancer {
+			lb := webhookLB("ns", "new", "c", 10, ptr.To(false))
+			lb.Status.EndpointMove = &lbv1.EndpointMoveStatus{From: "extra", Step: lbv1.MoveStepKubeProxy}
+			return lb
+		}(), "does not publish"},
 		{"create publishing while taking over", admissionv1.Create, func() *lbv1.LoadBalancer {
 			lb := takeOverLB("new", "old")
 			lb.Spec.PublishClusterEndpoint = nil

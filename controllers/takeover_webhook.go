@@ -15,12 +15,26 @@ import (
 // startsTakeOver reports whether this create or update sets spec.takeOverEndpointFrom anew (a
 // create with it, or an update that adds it): only then is the old LoadBalancer read. A stored
 // move is the reconciler's to check, step by step; refusing its updates here would block the
-// manager's own patches.
+// manager's own patches. So is a move the field is set again for after the old LoadBalancer
+// let go (status.endpointMove past ReleaseOld names it): the old one no longer publishes, by
+// design, and the move must be able to finish (docs/endpoint-move.md, Rollback).
 func startsTakeOver(op admissionv1.Operation, lb, old *lbv1.LoadBalancer) bool {
 	if lb.Spec.TakeOverEndpointFrom == nil || !lb.DeletionTimestamp.IsZero() {
 		return false
 	}
-	return op == admissionv1.Create || old == nil || old.Spec.TakeOverEndpointFrom == nil
+	if op == admissionv1.Create || old == nil {
+		return true
+	}
+	if old.Spec.TakeOverEndpointFrom != nil {
+		return false
+	}
+	if st := old.Status.EndpointMove; st != nil && st.From == lb.Spec.TakeOverEndpointFrom.Name {
+		switch st.Step {
+		case lbv1.MoveStepReleaseOld, lbv1.MoveStepClusterEndpoint, lbv1.MoveStepPublish:
+			return false
+		}
+	}
+	return true
 }
 
 // admitTakeOver applies ValidateTakeOver to a LoadBalancer that starts a move, reading the
