@@ -68,6 +68,10 @@ type LoadBalancerReconciler struct {
 	// reports (see watchWorkloadNodes).
 	ClusterCache clustercache.ClusterCache
 
+	// ServingCerts checks the members' serving certificates during an endpoint move; nil means
+	// a TLS handshake from the manager (servingcert.go).
+	ServingCerts ServingCertChecker
+
 	// controller is the built controller, for watches added at run time.
 	controller controller.Controller
 
@@ -265,6 +269,9 @@ func (r *LoadBalancerReconciler) reconcileNormal(ctx context.Context, s *scope) 
 		errs = append(errs, err)
 	}
 	if err := r.reconcileEndpoint(ctx, s); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.reconcileEndpointMove(ctx, s); err != nil {
 		errs = append(errs, err)
 	}
 	if s.ensureErr != nil {

@@ -91,7 +91,7 @@ func (v *PublisherValidator) Handle(ctx context.Context, req admission.Request) 
 	if err := v.Decoder.Decode(req, lb); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the LoadBalancer: %w", err))
 	}
-	if !wantsToPublish(lb) {
+	if !wantsToPublish(lb) && lb.Spec.TakeOverEndpointFrom == nil {
 		return admission.Allowed("")
 	}
 	// The API server always names the namespace and fills it into the object. Without one the
@@ -104,11 +104,20 @@ func (v *PublisherValidator) Handle(ctx context.Context, req admission.Request) 
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the LoadBalancer's namespace %s is not the request's, %s", lb.Namespace, req.Namespace))
 	}
 	lb.Namespace = req.Namespace
+	var stored *lbv1.LoadBalancer
 	if req.Operation == admissionv1.Update {
-		old := &lbv1.LoadBalancer{}
-		if err := v.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+		stored = &lbv1.LoadBalancer{}
+		if err := v.Decoder.DecodeRaw(req.OldObject, stored); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the stored LoadBalancer: %w", err))
 		}
+	}
+	if startsTakeOver(req.Operation, lb, stored) {
+		return v.admitTakeOver(ctx, req, lb)
+	}
+	if !wantsToPublish(lb) {
+		return admission.Allowed("")
+	}
+	if old := stored; old != nil {
 		// Already a publisher (clusterName is immutable): whatever else changes leaves the
 		// publication as it was. Refusing here would also block the finalizer's removal of two
 		// publishers that raced past this webhook.

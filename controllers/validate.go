@@ -91,6 +91,8 @@ func Validate(lb *lbv1.LoadBalancer, reg *providers.Registry) field.ErrorList {
 			fmt.Sprintf("must not exceed spec.quiesce.timeout (%s): raise the timeout or shorten the drain period", q.EffectiveTimeout())))
 	}
 
+	errs = append(errs, validateTakeOverSpec(lb)...)
+
 	kind := spec.Backend.Kind()
 	if kind == "" {
 		return append(errs, field.Required(sp.Child("backend"),

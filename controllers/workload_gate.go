@@ -37,9 +37,11 @@ import (
 
 // needsWorkload reports whether lb reaches its workload cluster through the ClusterCache: remote
 // Node targets (members read and annotated there), and the arp and bgp backends, whose agents
-// report on the workload cluster's Nodes.
+// report on the workload cluster's Nodes, and an endpoint move (spec.takeOverEndpointFrom),
+// which rewrites kube-public/cluster-info and kube-system ConfigMaps there.
 func needsWorkload(lb *lbv1.LoadBalancer) bool {
-	return lb.Spec.ClusterName != "" && (lb.Spec.TargetKind.IsNode() || lb.Spec.Backend.VIP() != nil)
+	return lb.Spec.ClusterName != "" && (lb.Spec.TargetKind.IsNode() || lb.Spec.Backend.VIP() != nil ||
+		lb.Spec.TakeOverEndpointFrom != nil)
 }
 
 // workloadGate decides which Clusters the ClusterCache may connect to.

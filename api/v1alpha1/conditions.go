@@ -237,3 +237,30 @@ const (
 	// class did not create (no class label or another class's); the class leaves it alone.
 	LoadBalancerNameConflictReason = "LoadBalancerNameConflict"
 )
+
+// The EndpointMove condition and its reasons, on a LoadBalancer with spec.takeOverEndpointFrom
+// (docs/endpoint-move.md). Its reason says which step the move waits at; its message names the
+// members or objects concerned. The condition stays after the move (Switched) as its record.
+const (
+	// EndpointMoveCondition is True once the Cluster has switched to this LoadBalancer's endpoint,
+	// False while the move waits or works, and False with EndpointMoveRefusedReason when it
+	// cannot start or go on.
+	EndpointMoveCondition = "EndpointMove"
+	// (WaitingForEndpointReason, shared with EndpointAvailable: this LoadBalancer is not Ready on
+	// its own endpoint yet; nothing is rewritten until it is.)
+
+	// WaitingForCertSANsReason: some member's serving certificate does not verify as this
+	// LoadBalancer's host; the message lists them and what to add to the control plane's certSANs
+	// (or, with certSANs AddToControlPlane, that caplb added it and waits for the rollout).
+	WaitingForCertSANsReason = "WaitingForCertSANs"
+	// SwitchingReason: the rewrites are under way; the message names the step (status.endpointMove.step).
+	SwitchingReason = "Switching"
+	// SwitchedReason: the Cluster's endpoint is this LoadBalancer's; the message lists the
+	// Machines created before the switch, which still name the old endpoint.
+	SwitchedReason = "Switched"
+	// EndpointMoveRefusedReason: the move cannot start or go on (the old LoadBalancer is gone
+	// before the switch, is not the publisher, names another Cluster, or the Cluster's endpoint
+	// is neither the old nor the new one, e.g. a GitOps tool reverted it). Nothing more is
+	// written until the cause is fixed; the message names it.
+	EndpointMoveRefusedReason = "EndpointMoveRefused"
+)

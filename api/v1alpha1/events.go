@@ -62,6 +62,11 @@ const (
 	// plane object whose spec.loadBalancerRef names this LoadBalancer.
 	EventControlPlaneEndpointSet = "ControlPlaneEndpointSet"
 
+	// EventClusterEndpointMoved (Warning): an endpoint move (spec.takeOverEndpointFrom) switched
+	// the Cluster's spec.controlPlaneEndpoint from the old LoadBalancer's endpoint to this one's.
+	// Warning because caplb overwrote a Cluster's endpoint, which it otherwise never does.
+	EventClusterEndpointMoved = "ClusterEndpointMoved"
+
 	// EventInvalidSpec (Warning): validation failed; the message names the field and the fix.
 	EventInvalidSpec = "InvalidSpec"
 	// EventBackendError (Warning): a backend call failed.

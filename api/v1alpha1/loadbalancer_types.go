@@ -27,6 +27,8 @@ const LoadBalancerFinalizer = "loadbalancer.cluster.x-k8s.io/finalizer"
 // +kubebuilder:validation:XValidation:rule="(has(self.quiesce.drainPeriod) && !self.quiesce.drainPeriod.matches('^(0|([0-9]{1,5}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4})$')) || (!has(self.backend.wireguard) || !has(self.quiesce) || !has(self.quiesce.drainPeriod) || duration(self.quiesce.drainPeriod) > duration('0s'))",message="spec.quiesce.drainPeriod must be positive with spec.backend.wireguard: the gateways close a quiesced member's open connections when it ends; leave it out for the default 10s"
 // +kubebuilder:validation:XValidation:rule="!(has(self.backend.arp) || has(self.backend.bgp)) || !has(self.endpoint) || !has(self.endpoint.host) || size(self.endpoint.host) == 0 || !isIP(self.endpoint.host) || ip(self.endpoint.host).isGlobalUnicast()",message="spec.endpoint.host is the VIP of the arp and bgp backends and must be a unicast address of the members' segment: not loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8), broadcast or unspecified (0.0.0.0, ::)"
 // +kubebuilder:validation:XValidation:rule="self.targetKind.kind != 'Machine' || (has(self.publishClusterEndpoint) && !self.publishClusterEndpoint) || !has(self.selector) || !((has(self.selector.matchLabels) && ['cluster.x-k8s.io/deployment-name', 'cluster.x-k8s.io/set-name', 'cluster.x-k8s.io/pool-name', 'topology.cluster.x-k8s.io/deployment-name', 'topology.cluster.x-k8s.io/pool-name'].exists(k, k in self.selector.matchLabels)) || (has(self.selector.matchExpressions) && self.selector.matchExpressions.exists(e, (e.key in ['cluster.x-k8s.io/deployment-name', 'cluster.x-k8s.io/set-name', 'cluster.x-k8s.io/pool-name', 'topology.cluster.x-k8s.io/deployment-name', 'topology.cluster.x-k8s.io/pool-name'] && e.operator in ['In', 'Exists']) || (e.key == 'cluster.x-k8s.io/control-plane' && e.operator == 'DoesNotExist'))))",message="spec.selector picks worker Machines (it requires a cluster.x-k8s.io/deployment-name, set-name or pool-name label, their topology.cluster.x-k8s.io/ counterparts, or the absence of cluster.x-k8s.io/control-plane): their service is not the Cluster's API endpoint, so set spec.publishClusterEndpoint: false"
+// +kubebuilder:validation:XValidation:rule="!has(self.takeOverEndpointFrom) || (has(self.publishClusterEndpoint) && !self.publishClusterEndpoint)",message="spec.publishClusterEndpoint must be false while spec.takeOverEndpointFrom is set: the old LoadBalancer publishes until the move switches the Cluster (caplb then sets it true)"
+// +kubebuilder:validation:XValidation:rule="!has(self.takeOverEndpointFrom) || (has(self.clusterName) && size(self.clusterName) > 0)",message="spec.clusterName is required with spec.takeOverEndpointFrom: an endpoint moves between two LoadBalancers of the same Cluster"
 type LoadBalancerSpec struct {
 	// clusterName is the CAPI Cluster (in this namespace) whose control plane this LoadBalancer
 	// fronts. Required for Machine targets. When set, the endpoint is published to the Cluster's
@@ -46,6 +48,14 @@ type LoadBalancerSpec struct {
 	// the members, and a Machine's deletion waits for every one of them. Default true.
 	// +optional
 	PublishClusterEndpoint *bool `json:"publishClusterEndpoint,omitempty"`
+
+	// takeOverEndpointFrom moves the Cluster's endpoint to this LoadBalancer from the one that
+	// publishes it now (docs/endpoint-move.md): both are served while caplb rewrites, in order,
+	// the places a kubeadm cluster keeps its endpoint, then the Cluster. Requires
+	// publishClusterEndpoint false; caplb removes this field and sets publishClusterEndpoint
+	// true in one patch when the move is done. Removing it before the switch aborts the move.
+	// +optional
+	TakeOverEndpointFrom *EndpointTakeOver `json:"takeOverEndpointFrom,omitempty"`
 
 	// targetKind is the kind of member object: CAPI Machines (the default) or Nodes: the Nodes of
 	// spec.clusterName's workload cluster when clusterName is set (clusters CAPI does not
@@ -332,6 +342,12 @@ type LoadBalancerStatus struct {
 	// totalTargets counts all targets.
 	// +optional
 	TotalTargets int32 `json:"totalTargets"`
+
+	// endpointMove records a move of the Cluster's endpoint to this LoadBalancer
+	// (spec.takeOverEndpointFrom): its step, both endpoints and, after the switch, the Machines
+	// still bound to the old endpoint. Kept after the move as its record.
+	// +optional
+	EndpointMove *EndpointMoveStatus `json:"endpointMove,omitempty"`
 
 	// observedGeneration is the generation last reconciled.
 	// +optional

@@ -6,7 +6,8 @@ package workload
 import _ "embed"
 
 // RBAC is rbac.yaml: the ServiceAccount, the ClusterRole (Nodes: get, list, watch, patch; GET
-// on "/") and its binding.
+// on "/") and its binding, and the endpoint move's Roles (get and patch of cluster-info,
+// kubeadm-config and kube-proxy, by name) and their bindings.
 //
 //go:embed rbac.yaml
 var RBAC []byte

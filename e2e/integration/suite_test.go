@@ -69,6 +69,7 @@ func TestIntegration(t *testing.T) {
 			{"ClusterEndpointAdoption", testClusterEndpointAdoption},
 			{"SeveralLoadBalancersPerCluster", testSeveralLoadBalancers},
 			{"PublisherAdmission", testPublisherAdmission},
+			{"TakeOverAdmission", testTakeOverAdmission},
 			{"DisableEnableMember", testDisableEnable},
 			{"DeleteMemberThroughHook", testDeleteMember},
 			{"DeleteLoadBalancerMidFlow", testDeleteLBMidFlow},

@@ -1,0 +1,134 @@
+package endpointmove
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// serverNode is one clusters[].cluster.server scalar of a kubeconfig.
+type serverNode struct {
+	cluster string
+	node    *yaml.Node
+}
+
+// kubeconfigServers returns the server scalars of a kubeconfig (YAML or JSON, which is YAML).
+func kubeconfigServers(text string) ([]serverNode, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+		return nil, fmt.Errorf("parsing the kubeconfig: %w", err)
+	}
+	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("the kubeconfig is not a mapping")
+	}
+	clusters := mapValue(doc.Content[0], "clusters")
+	if clusters == nil || clusters.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("the kubeconfig has no clusters list")
+	}
+	var out []serverNode
+	for _, item := range clusters.Content {
+		name := ""
+		if n := mapValue(item, "name"); n != nil {
+			name = n.Value
+		}
+		if s := mapValue(mapValue(item, "cluster"), "server"); s != nil && s.Kind == yaml.ScalarNode {
+			out = append(out, serverNode{cluster: name, node: s})
+		}
+	}
+	return out, nil
+}
+
+// mapValue returns the value of key in a mapping node, nil when absent or n is not a mapping.
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// rewriteKubeconfig points every cluster entry whose server is E1 at E2. It edits the text in
+// place, at the scalar's position, so that every other byte (the CA data, comments, the
+// writer's formatting) stays as it was: the kube-proxy ConfigMap and the kubeconfig Secret are
+// read by tools that do not care, but an object that is byte-for-byte the same but for the
+// server is what the operator can diff. strict: every server must be E1 or E2 (cluster-info
+// and kube-proxy have one cluster, the API server's); otherwise entries naming other servers
+// are left alone. changed is false when no entry named E1 (already moved).
+func (m Move) rewriteKubeconfig(text string, strict bool) (string, bool, error) {
+	servers, err := kubeconfigServers(text)
+	if err != nil {
+		return "", false, err
+	}
+	var old []serverNode
+	atNewCount := 0
+	for _, s := range servers {
+		switch m.classifyServer(s.node.Value) {
+		case atOld:
+			old = append(old, s)
+		case atNew:
+			atNewCount++
+		default:
+			if strict {
+				return "", false, fmt.Errorf("cluster %q has server %q, which %w", s.cluster, s.node.Value, ErrForeignEndpoint)
+			}
+		}
+	}
+	if len(old) == 0 {
+		if atNewCount == 0 {
+			return "", false, fmt.Errorf("no cluster entry's server %w", ErrForeignEndpoint)
+		}
+		return text, false, nil
+	}
+	lines := strings.Split(text, "\n")
+	// Last first, so that an edit does not shift the position of the ones still to do (a JSON
+	// kubeconfig may hold several on one line).
+	slices.SortFunc(old, func(a, b serverNode) int {
+		if a.node.Line != b.node.Line {
+			return b.node.Line - a.node.Line
+		}
+		return b.node.Column - a.node.Column
+	})
+	for _, s := range old {
+		repl, err := m.newServer(s.node.Value)
+		if err != nil {
+			return "", false, err
+		}
+		if lines, err = replaceScalar(lines, s.node, repl); err != nil {
+			return "", false, fmt.Errorf("cluster %q: %w", s.cluster, err)
+		}
+	}
+	return strings.Join(lines, "\n"), true, nil
+}
+
+// replaceScalar replaces a plain or quoted scalar's text at its position with repl in the
+// same style. URLs need no escaping in either quote style.
+func replaceScalar(lines []string, n *yaml.Node, repl string) ([]string, error) {
+	quote := ""
+	switch n.Style {
+	case 0:
+	case yaml.DoubleQuotedStyle:
+		quote = `"`
+	case yaml.SingleQuotedStyle:
+		quote = `'`
+	default:
+		return nil, fmt.Errorf("server is written in an unexpected YAML style (%v)", n.Style)
+	}
+	if n.Line < 1 || n.Line > len(lines) {
+		return nil, fmt.Errorf("server's position (line %d) is outside the text", n.Line)
+	}
+	line := []rune(lines[n.Line-1])
+	col := n.Column - 1
+	token := []rune(quote + n.Value + quote)
+	if col < 0 || col+len(token) > len(line) || string(line[col:col+len(token)]) != string(token) {
+		return nil, fmt.Errorf("server %q is not written verbatim at line %d, column %d (escaped?)", n.Value, n.Line, n.Column)
+	}
+	out := slices.Clone(lines)
+	out[n.Line-1] = string(line[:col]) + quote + repl + quote + string(line[col+len(token):])
+	return out, nil
+}
