@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/caplb/caplb/internal/buildinfo"
 	"github.com/caplb/caplb/modes/dataplane"
 	"github.com/caplb/caplb/modes/election"
 )
@@ -30,8 +31,10 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	// exit path instead (force: no hand-over from a broken process).
 	force, crash := context.WithCancel(force)
 	defer crash()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg, err := newRegistry(o)
+	if err != nil {
+		return err
+	}
 	warnConfig(cfg, log)
 
 	store, err := newMemberStore(cfg, log.WithName("membership"))
@@ -169,11 +172,28 @@ func warnConfig(cfg *agentv1.AgentConfiguration, log logr.Logger) {
 // Option tunes Run.
 type Option func(*options)
 
-type options struct{ reload <-chan struct{} }
+type options struct {
+	reload <-chan struct{}
+	build  buildinfo.Labels
+}
 
 // WithReload: a value on ch makes the agent read membership.stateFile again
 // (SIGHUP).
 func WithReload(ch <-chan struct{}) Option { return func(o *options) { o.reload = ch } }
+
+// WithBuildInfo exports caplb_build_info with l on the admin listener.
+func WithBuildInfo(l buildinfo.Labels) Option { return func(o *options) { o.build = l } }
+
+// newRegistry is the admin listener's registry before the agent's own metrics: the Go and
+// process collectors and the build.
+func newRegistry(o options) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := buildinfo.Register(reg, o.build); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	return reg, nil
+}
 
 // goSafe runs fn in a goroutine; a panic is logged and ends the agent
 // through its cleanup (crash) instead of killing the process.
