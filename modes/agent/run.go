@@ -109,8 +109,12 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	}
 	a := newAgent(cfg, log, parts)
 
-	if cfg.Admin.Listen != "0" {
-		stop, err := serveAdmin(cfg.Admin.Listen, readOnlyHandler(a, reg))
+	admin := cfg.Admin.Listen
+	if admin != "0" {
+		if admin, err = adminListen(cfg, store.current()); err != nil {
+			return err
+		}
+		stop, err := serveAdmin(admin, readOnlyHandler(a, reg))
 		if err != nil {
 			return err
 		}
@@ -154,7 +158,7 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 
 	log.Info("agent started", "node", cfg.NodeName, "mode", cfg.Mode, "vips", cfg.VIPs,
 		"members", len(store.current().Members), "membershipVersion", store.current().Version,
-		"admin", cfg.Admin.Listen, "control", cfg.Admin.ControlSocket, "configDigest", cfg.Digest())
+		"admin", admin, "control", cfg.Admin.ControlSocket, "configDigest", cfg.Digest())
 	closeDP = false // Agent.Run closes it on every path
 	return a.Run(ctx, force)
 }

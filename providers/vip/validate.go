@@ -97,6 +97,7 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 				"not the VIP, so the holder counts none of them as busy; remove busyDrain (or set it to 0s), or use loadBalancing single"))
 	}
 	errs = append(errs, validateHealth(ap, v.Agent)...)
+	errs = append(errs, validateMetrics(bp, spec, v)...)
 	if bg := spec.Backend.BGP; bg != nil {
 		errs = append(errs, validateBGP(bp, bg)...)
 	}
