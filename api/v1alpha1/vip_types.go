@@ -310,6 +310,11 @@ type AgentSpec struct {
 	// else (an ingress controller on 80/443) checks that instead, with type http or tcp.
 	// +optional
 	Health *AgentHealth `json:"health,omitempty"`
+
+	// metrics opens the agent's admin listener (/metrics) to Prometheus on the node's address.
+	// Unset: 127.0.0.1:7473, reachable from the node only.
+	// +optional
+	Metrics *AgentMetrics `json:"metrics,omitempty"`
 }
 
 // AgentHealth is the node agent's member health check, against 127.0.0.1 on the node.

@@ -25,11 +25,13 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	root := agent.NewCommand()
+	build := version.Get().BuildLabels()
+	root := agent.NewCommand(agent.WithBuildInfo(build))
 	root.Use = "caplb-agent"
 	root.SilenceUsage, root.SilenceErrors = true, true
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("caplb-agent {{.Version}}\n")
-	root.AddCommand(agent.NewCommand(), wireguard.NewMemberCommand(), wireguard.NewGatewayCommand())
+	root.AddCommand(agent.NewCommand(agent.WithBuildInfo(build)), wireguard.NewMemberCommand(),
+		wireguard.NewGatewayCommand(wireguard.WithGatewayBuildInfo(build)))
 	return root
 }

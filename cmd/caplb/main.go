@@ -30,6 +30,6 @@ func newRootCommand() *cobra.Command {
 	}
 	root.SetVersionTemplate("caplb {{.Version}}\n")
 	root.AddCommand(newManagerCommand(), newAgentCommand(), newCleanupCommand(),
-		wireguard.NewGatewayCommand(), wireguard.NewMemberCommand())
+		wireguard.NewGatewayCommand(wireguard.WithGatewayBuildInfo(version.Get().BuildLabels())), wireguard.NewMemberCommand())
 	return root
 }

@@ -15,10 +15,13 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/caplb/caplb/cmd/internal/version"
 	"github.com/caplb/caplb/controllers"
+	"github.com/caplb/caplb/internal/buildinfo"
 	"github.com/caplb/caplb/providers"
 	"github.com/caplb/caplb/providers/vip"
 	"github.com/caplb/caplb/providers/wireguard"
@@ -127,6 +130,10 @@ func runManager(o managerOptions) error {
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
+	}
+	// The metrics server serves controller-runtime's registry.
+	if err := buildinfo.Register(ctrlmetrics.Registry, version.Get().BuildLabels()); err != nil {
+		return err
 	}
 
 	ctx := ctrl.SetupSignalHandler()

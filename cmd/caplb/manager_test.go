@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/caplb/caplb/cmd/internal/version"
 	"github.com/caplb/caplb/controllers"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/testpki"
@@ -70,6 +71,10 @@ func TestManagerCommand(t *testing.T) {
 	g.Expect(get(probeAddr, "/healthz")).To(Equal(http.StatusOK))
 	g.Eventually(func() (string, error) { return body(metricsAddr, "/metrics") }, 30*time.Second, 100*time.Millisecond).
 		Should(ContainSubstring(`controller_runtime_active_workers{controller="loadbalancer"}`))
+	// Every binary that serves metrics says which build it is.
+	info := version.Get()
+	g.Expect(body(metricsAddr, "/metrics")).To(ContainSubstring(fmt.Sprintf("caplb_build_info{goversion=%q,revision=%q,version=%q} 1",
+		info.GoVersion, info.Commit, info.Version)))
 	// The ClusterCache the VIP backends reach workload clusters through runs as a controller.
 	g.Expect(body(metricsAddr, "/metrics")).To(ContainSubstring(`controller_runtime_active_workers{controller="clustercache"}`))
 	// The webhook answers an AdmissionReview over TLS verified with the certificate's CA.

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The code that registers caplb's metrics: the manager (controllers, providers) and the node
-// agent (modes: agent, arp, bgp).
-var metricDirs = []string{"controllers", "providers", "modes", "cmd"}
+// The code that registers caplb's metrics: the manager (controllers, providers), the node
+// agent (modes: agent, arp, bgp) and what every binary shares (internal: caplb_build_info).
+var metricDirs = []string{"controllers", "providers", "modes", "cmd", "internal"}
 
 var metricRef = regexp.MustCompile(`\bcaplb_[a-zA-Z0-9_]+`)
 

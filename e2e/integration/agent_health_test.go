@@ -57,7 +57,7 @@ func testAgentHealthRendered(t *testing.T, s *suite) {
 	}, flowTimeout, 200*time.Millisecond).Should(Succeed())
 }
 
-// Bad agent.health input is refused by the API server with a message that names the field; the
+// Bad agent.health and agent.metrics input is refused by the API server with a message that names the field; the
 // good forms the docs show are admitted.
 func testAgentHealthAdmission(t *testing.T, s *suite) {
 	ns, err := s.env.CreateNamespace(t.Context(), "agent-health")
@@ -71,6 +71,7 @@ func testAgentHealthAdmission(t *testing.T, s *suite) {
 		return sp
 	}
 	health := func(h map[string]any) map[string]any { return spec(map[string]any{"health": h}) }
+	metrics := func(m map[string]any) map[string]any { return spec(map[string]any{"metrics": m}) }
 	for _, tc := range []struct {
 		name string
 		spec map[string]any
@@ -88,6 +89,12 @@ func testAgentHealthAdmission(t *testing.T, s *suite) {
 			[]string{"spec.backend.arp.agent.health.port", "less than or equal to 65535"}},
 		{"caFile with a tcp check", spec(map[string]any{"caFile": "/etc/kubernetes/pki/ca.crt", "health": map[string]any{"type": "tcp"}}),
 			[]string{"spec.backend.arp.agent.caFile", "remove it for health type http or tcp"}},
+		{"metrics on a hostname", metrics(map[string]any{"address": "node-1"}),
+			[]string{"spec.backend.arp.agent.metrics.address", "must be an IP address", "remove it to bind the node's own address"}},
+		{"metrics on loopback", metrics(map[string]any{"address": "127.0.0.1"}),
+			[]string{"spec.backend.arp.agent.metrics.address", "not loopback (leave agent.metrics unset to keep 127.0.0.1)"}},
+		{"metrics port 70000", metrics(map[string]any{"port": int64(70000)}),
+			[]string{"spec.backend.arp.agent.metrics.port", "less than or equal to 65535"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -108,6 +115,9 @@ func testAgentHealthAdmission(t *testing.T, s *suite) {
 		{"http with port and path", health(map[string]any{"type": "http", "port": int64(10254), "path": "/healthz?verbose"})},
 		{"https on the defaults, with caFile", spec(map[string]any{"caFile": "/etc/kubernetes/pki/ca.crt", "health": map[string]any{"type": "https", "path": "/livez"}})},
 		{"empty health", health(map[string]any{})},
+		{"metrics on the node address", metrics(map[string]any{})},
+		{"metrics on an address and port", metrics(map[string]any{"address": "fd00::11", "port": int64(9473)})},
+		{"metrics on every address", metrics(map[string]any{"address": "0.0.0.0"})},
 	} {
 		t.Run("accepts "+tc.name, func(t *testing.T) {
 			err := s.env.Client.Create(t.Context(), lbObject(ns, "good", tc.spec), client.DryRunAll, client.FieldValidation("Strict"))

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 )
 
 // readOnlyHandler serves the admin listener (admin.listen), which has no
@@ -115,4 +117,25 @@ func serve(ln net.Listener, h http.Handler) func() {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}
+}
+
+// adminListen is the address the admin listener binds: admin.listen, with the host
+// agentv1.NodeAddressHost replaced by this node's address: its entry in m (the newest membership
+// known at start), else ownAddress. The manager renders one file for every member, so only the
+// agent can tell which address is its own.
+func adminListen(cfg *agentv1.AgentConfiguration, m agentv1.Membership) (string, error) {
+	host, port, err := net.SplitHostPort(cfg.Admin.Listen)
+	if err != nil || host != agentv1.NodeAddressHost {
+		return cfg.Admin.Listen, nil
+	}
+	for _, mem := range m.Members {
+		if mem.Name == cfg.NodeName && mem.Address != "" {
+			return net.JoinHostPort(mem.Address, port), nil
+		}
+	}
+	a, err := ownAddress(cfg)
+	if err != nil {
+		return "", fmt.Errorf("admin.listen %s: finding this node's address: %w", cfg.Admin.Listen, err)
+	}
+	return net.JoinHostPort(a.String(), port), nil
 }

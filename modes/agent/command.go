@@ -15,8 +15,8 @@ import (
 )
 
 // NewCommand is the `agent` command (docs/backends/arp.md), shared by every
-// binary that embeds the agent.
-func NewCommand() *cobra.Command {
+// binary that embeds the agent; opts go to Run (the binary's build, for one).
+func NewCommand(opts ...Option) *cobra.Command {
 	var configPath string
 	var verbosity int
 	cmd := &cobra.Command{
@@ -40,7 +40,7 @@ once (VIP removed).`,
 			}
 			reload := make(chan struct{}, 1)
 			ctx, force := signalContexts(log, reload)
-			return Run(ctx, force, cfg, log, WithReload(reload))
+			return Run(ctx, force, cfg, log, append([]Option{WithReload(reload)}, opts...)...)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "/etc/caplb/agent.yaml", "agent configuration file (YAML)")

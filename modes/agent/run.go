@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/caplb/caplb/internal/buildinfo"
 	"github.com/caplb/caplb/modes/dataplane"
 	"github.com/caplb/caplb/modes/election"
 )
@@ -30,8 +31,10 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	// exit path instead (force: no hand-over from a broken process).
 	force, crash := context.WithCancel(force)
 	defer crash()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg, err := newRegistry(o)
+	if err != nil {
+		return err
+	}
 	warnConfig(cfg, log)
 
 	store, err := newMemberStore(cfg, log.WithName("membership"))
@@ -106,8 +109,12 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	}
 	a := newAgent(cfg, log, parts)
 
-	if cfg.Admin.Listen != "0" {
-		stop, err := serveAdmin(cfg.Admin.Listen, readOnlyHandler(a, reg))
+	admin := cfg.Admin.Listen
+	if admin != "0" {
+		if admin, err = adminListen(cfg, store.current()); err != nil {
+			return err
+		}
+		stop, err := serveAdmin(admin, readOnlyHandler(a, reg))
 		if err != nil {
 			return err
 		}
@@ -151,7 +158,7 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 
 	log.Info("agent started", "node", cfg.NodeName, "mode", cfg.Mode, "vips", cfg.VIPs,
 		"members", len(store.current().Members), "membershipVersion", store.current().Version,
-		"admin", cfg.Admin.Listen, "control", cfg.Admin.ControlSocket, "configDigest", cfg.Digest())
+		"admin", admin, "control", cfg.Admin.ControlSocket, "configDigest", cfg.Digest())
 	closeDP = false // Agent.Run closes it on every path
 	return a.Run(ctx, force)
 }
@@ -169,11 +176,28 @@ func warnConfig(cfg *agentv1.AgentConfiguration, log logr.Logger) {
 // Option tunes Run.
 type Option func(*options)
 
-type options struct{ reload <-chan struct{} }
+type options struct {
+	reload <-chan struct{}
+	build  buildinfo.Labels
+}
 
 // WithReload: a value on ch makes the agent read membership.stateFile again
 // (SIGHUP).
 func WithReload(ch <-chan struct{}) Option { return func(o *options) { o.reload = ch } }
+
+// WithBuildInfo exports caplb_build_info with l on the admin listener.
+func WithBuildInfo(l buildinfo.Labels) Option { return func(o *options) { o.build = l } }
+
+// newRegistry is the admin listener's registry before the agent's own metrics: the Go and
+// process collectors and the build.
+func newRegistry(o options) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := buildinfo.Register(reg, o.build); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	return reg, nil
+}
 
 // goSafe runs fn in a goroutine; a panic is logged and ends the agent
 // through its cleanup (crash) instead of killing the process.

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// NewGatewayCommand is `caplb gateway` (docs/backends/wireguard.md).
-func NewGatewayCommand() *cobra.Command {
+// NewGatewayCommand is `caplb gateway` (docs/backends/wireguard.md); opts go to NewGateway.
+func NewGatewayCommand(opts ...GatewayOption) *cobra.Command {
 	var configPath, fromSecret, name, kubeconfig, dir string
 	var verbosity int
 	cmd := &cobra.Command{
@@ -44,14 +44,14 @@ connections finish up to drainTimeout; a second one closes them at once.`,
 			log := newLogger(verbosity)
 			ctx, force := signalContexts(log)
 			if fromSecret != "" {
-				return runFromSecret(ctx, force, log, fromSecret, name, kubeconfig, dir)
+				return runFromSecret(ctx, force, log, fromSecret, name, kubeconfig, dir, opts)
 			}
 			cfg, err := wgapi.LoadGateway(configPath)
 			if err != nil {
 				return err
 			}
 			applyMaxProcs(cfg.MaxProcs, log)
-			g, err := NewGateway(cfg, log)
+			g, err := NewGateway(cfg, log, opts...)
 			if err != nil {
 				return err
 			}
@@ -105,7 +105,7 @@ Admin endpoints (admin.listen, default 127.0.0.1:7476): GET /status, /healthz; P
 }
 
 // runFromSecret runs a gateway whose configuration comes from a wireguard LoadBalancer's Secret.
-func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubeconfig, dir string) error {
+func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubeconfig, dir string, opts []GatewayOption) error {
 	ns, secret, ok := strings.Cut(ref, "/")
 	if !ok || ns == "" || secret == "" {
 		return fmt.Errorf("--from-secret %q: want <namespace>/<name>, e.g. default/edge-caplb-gateway", ref)
@@ -133,7 +133,7 @@ func runFromSecret(ctx, force context.Context, log logr.Logger, ref, name, kubec
 		return err
 	}
 	applyMaxProcs(cfg.MaxProcs, log)
-	g, err := NewGateway(cfg, log)
+	g, err := NewGateway(cfg, log, opts...)
 	if err != nil {
 		return err
 	}

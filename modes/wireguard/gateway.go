@@ -16,6 +16,7 @@ import (
 	"time"
 
 	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
+	"github.com/caplb/caplb/internal/buildinfo"
 
 	"github.com/go-logr/logr"
 )
@@ -34,14 +35,22 @@ type Gateway struct {
 	health *http.Transport // TLS config for member health checks; dials through the tunnel
 	state  *stateStore
 
+	build buildinfo.Labels // caplb_build_info on /metrics
+
 	mu    sync.Mutex // serialises peer changes and state saves
 	ctx   context.Context
 	ready chan struct{}
 }
 
+// GatewayOption tunes NewGateway.
+type GatewayOption func(*Gateway)
+
+// WithGatewayBuildInfo exports caplb_build_info with l on the admin /metrics.
+func WithGatewayBuildInfo(l buildinfo.Labels) GatewayOption { return func(g *Gateway) { g.build = l } }
+
 // NewGateway loads (or creates) the gateway key, brings the tunnel up and restores the members
 // from the static peers and the state file. Call Run to serve.
-func NewGateway(cfg *wgapi.GatewayConfig, log logr.Logger) (*Gateway, error) {
+func NewGateway(cfg *wgapi.GatewayConfig, log logr.Logger, opts ...GatewayOption) (*Gateway, error) {
 	prefix, err := wgapi.ParseTunnelPrefix(cfg.WireGuard.TunnelPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard.tunnelPrefix: %w", err)
@@ -73,6 +82,9 @@ func NewGateway(cfg *wgapi.GatewayConfig, log logr.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun, host: host,
 		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile},
 		ready: make(chan struct{})}
+	for _, o := range opts {
+		o(g)
+	}
 	g.health = &http.Transport{
 		DialContext: func(ctx context.Context, _, address string) (net.Conn, error) {
 			ap, err := netip.ParseAddrPort(address)

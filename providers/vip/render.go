@@ -125,6 +125,7 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}
 	c.NodeAPI = agentv1.NodeAPIConfig{Kubeconfig: fl.Kubeconfig}
 	c.Health = renderHealth(v.Agent, fl, c.Port)
+	c.Admin.Listen = renderAdminListen(v.Agent.Metrics)
 	c.Election.SecretKeyFile = agentv1.GossipKeyPath
 	c.Election.Label = lb.Namespace + "/" + lb.Name
 	if t := v.Agent.Timers; t != nil {

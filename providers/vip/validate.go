@@ -101,6 +101,7 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 	if a := spec.Backend.ARP; a != nil && a.TakeOver != nil {
 		errs = append(errs, validateTakeOver(spec, bp.Child("takeOver"), a.TakeOver)...)
 	}
+	errs = append(errs, validateMetrics(bp, spec, v)...)
 	if bg := spec.Backend.BGP; bg != nil {
 		errs = append(errs, validateBGP(bp, bg)...)
 	}

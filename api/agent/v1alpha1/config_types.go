@@ -180,12 +180,20 @@ type QuiesceConfig struct {
 // safe to expose for scraping, and the control socket (POST/DELETE
 // /quiesce, and the read-only endpoints), a unix socket only root can use.
 type AdminConfig struct {
-	// Listen default 127.0.0.1:7473; "0" disables it.
+	// Listen default 127.0.0.1:7473; "0" disables it. The host "node-address"
+	// (NodeAddressHost, e.g. node-address:7473) binds this node's own address,
+	// found when the agent starts: its entry in members, else
+	// election.bindAddress, else the source address of the route to the first
+	// VIP (bgp: the first peer). One file then serves every member, as the
+	// manager renders it.
 	Listen string `json:"listen,omitempty"`
 	// ControlSocket is the path of the control socket (mode 0600). Default
 	// /run/caplb/agent.sock; "0" disables it.
 	ControlSocket string `json:"controlSocket,omitempty"`
 }
+
+// NodeAddressHost in admin.listen stands for this node's own address.
+const NodeAddressHost = "node-address"
 
 // ARPConfig tunes the announcements.
 type ARPConfig struct {

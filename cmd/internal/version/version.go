@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/caplb/caplb/internal/buildinfo"
 )
 
 // Set by the linker; empty means "ask the build info".
@@ -56,4 +58,9 @@ func get(v, c string, read func() (*debug.BuildInfo, bool)) Info {
 // String is the one line --version prints, e.g. "v0.1.0 (commit 1a2b3c4d5e6f, go1.26.8, linux/amd64)".
 func (i Info) String() string {
 	return fmt.Sprintf("%s (commit %s, %s, %s)", i.Version, i.Commit, i.GoVersion, i.Platform)
+}
+
+// BuildLabels are the labels of caplb_build_info for this build.
+func (i Info) BuildLabels() buildinfo.Labels {
+	return buildinfo.Labels{Version: i.Version, Revision: i.Commit, GoVersion: i.GoVersion}
 }
