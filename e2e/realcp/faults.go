@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"syscall"
 	"time"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lab/kubeadm"
 )
@@ -171,8 +173,10 @@ func (c *Lab) QuorumLoss(ctx context.Context, cs *kubernetes.Clientset, hold tim
 	}
 	// The API servers turn ready one after the other: when another is ready before the
 	// fail-open holder's, the VIP moves to it, and both hold for the drain of that
-	// make-before-break hand-over; then one.
-	if err := poll(ctx, 10*time.Second, 50*time.Millisecond, oneHolder(log)); err != nil {
+	// make-before-break hand-over — the rendered drain, and up to busyDrain more while a
+	// connection there still carries requests (a client-go writer at two writes a second meets
+	// a 2 % GOAWAY in about 25 s: one CI run held 12.4 s) — then one.
+	if err := poll(ctx, c.handOverBound(), 50*time.Millisecond, oneHolder(log)); err != nil {
 		return q, fmt.Errorf("every API server ready again: %w", err)
 	}
 	return q, nil
@@ -372,7 +376,7 @@ func (c *Lab) settled(ctx context.Context, timeout time.Duration) error {
 	}); err != nil {
 		return fmt.Errorf("every API server ready: %w", err)
 	}
-	return poll(ctx, 10*time.Second, 50*time.Millisecond, func() error {
+	return poll(ctx, c.handOverBound(), 50*time.Millisecond, func() error {
 		if h := c.Holders(); len(h) != 1 {
 			return fmt.Errorf("VIP holders %v, want one", h)
 		}
@@ -414,4 +418,19 @@ func (c *Lab) kill(m *machine) error {
 		errs = append(errs, fmt.Errorf("removing %s: %w", m.Name, err))
 	}
 	return errors.Join(errs...)
+}
+
+// handOverBound is how long two machines may hold the VIP in a hand-over: the agents' rendered
+// quiesce.drain and busyDrain, and two seconds for the claim and the release (10 s when the
+// configuration cannot be read).
+func (c *Lab) handOverBound() time.Duration {
+	raw, err := os.ReadFile(c.machines[0].Path(agentv1.ConfigPath))
+	if err != nil {
+		return 10 * time.Second
+	}
+	cfg, err := agentv1.Parse(raw)
+	if err != nil {
+		return 10 * time.Second
+	}
+	return cfg.Quiesce.Drain.Duration + cfg.Quiesce.BusyDrain.Duration + 2*time.Second
 }
