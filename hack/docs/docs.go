@@ -510,7 +510,9 @@ func seenPrefix(seen map[string]bool, n string) bool {
 }
 
 var (
-	caplbCmdRE  = regexp.MustCompile(`(?:^|[\s;&|(/])caplb(?:-agent)?(?:\s|$)`)
+	// caplb as the command: at the start, after a shell separator, sudo or a directory
+	// (_out/bin/caplb), not as an argument (clusterctl delete --addon caplb).
+	caplbCmdRE  = regexp.MustCompile(`(?:^\s*|[;&|(]\s*|\bsudo\s+|\$\s+|/)caplb(?:-agent)?(?:\s|$)`)
 	flagWordRE  = regexp.MustCompile(`(?:^|[\s/])--([a-z][a-z0-9-]*)`)
 	onlyFlagsRE = regexp.MustCompile(`^--[a-z][a-z0-9-]*\*?(?:[= ][^\s/]+)?(?:\s*/\s*--[a-z][a-z0-9-]*\*?)*$`)
 )

@@ -95,10 +95,10 @@ func f() { fs.StringVar(&x, "good-flag", "", ""); fs.IntVarP(&v, "v", "v", 0, ""
 		"```sh",                                     // 10
 		"make wrong # make comment",                 // 11
 		"```",                                       // 12
-		"`--zap-log-level` and `--other-flag`",      // 13
-		"A span that wraps `make",                   // 14
-		"gone2` onto the next line.",                // 15
-		"`modes/b.Func` `_out/x.json`",              // 16
+		"`--zap-log-level` and `--other-flag`; `clusterctl delete --addon caplb --include-crd`", // 13
+		"A span that wraps `make",      // 14
+		"gone2` onto the next line.",   // 15
+		"`modes/b.Func` `_out/x.json`", // 16
 	}, "\n"))
 	repo, err := LoadRepo(root)
 	if err != nil {
