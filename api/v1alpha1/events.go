@@ -62,6 +62,15 @@ const (
 	// plane object whose spec.loadBalancerRef names this LoadBalancer.
 	EventControlPlaneEndpointSet = "ControlPlaneEndpointSet"
 
+	// EventKubeVIPFenced (Normal): the manager wrote the fence Lease over kube-vip's election
+	// Lease (spec.backend.arp.takeOver.kubeVIP); kube-vip lets go of the VIP.
+	EventKubeVIPFenced = "KubeVIPFenced"
+	// EventKubeVIPRetired (Normal): no kube-vip mirror Pod is left; the manager deleted the fence.
+	EventKubeVIPRetired = "KubeVIPRetired"
+	// EventKubeVIPFenceRemoved (Normal): spec.backend.arp.takeOver was removed before kube-vip
+	// retired; the manager deleted its fence and kube-vip elects a leader again (rollback).
+	EventKubeVIPFenceRemoved = "KubeVIPFenceRemoved"
+
 	// EventInvalidSpec (Warning): validation failed; the message names the field and the fix.
 	EventInvalidSpec = "InvalidSpec"
 	// EventBackendError (Warning): a backend call failed.
