@@ -214,7 +214,7 @@ func (b *Backend) unfence(ctx context.Context, lb *lbv1.LoadBalancer) (*metav1.C
 	lease := fmt.Sprintf("Lease %s/%s", key.Namespace, key.Name)
 	failed := func(err error) *metav1.Condition {
 		return &metav1.Condition{Type: lbv1.KubeVIPTakeOverCondition, Status: metav1.ConditionUnknown, Reason: lbv1.KubeVIPFenceFailedReason,
-			Message: fmt.Sprintf("the takeover was withdrawn; deleting the fence %s failed: %v; retried on the next reconcile", lease, err)}
+			Message: fmt.Sprintf("deleting the fence %s (the takeover was withdrawn or the LoadBalancer deleted) failed: %v; retried on the next reconcile", lease, err)}
 	}
 	c, err := b.liveWorkload(ctx, lb)
 	if err != nil {
