@@ -75,3 +75,32 @@ func TestBackendConditionsAndRotationUnknown(t *testing.T) {
 	h.reconcile("lb")
 	g.Expect(targetStates(h.lb("lb"))).To(Equal(map[string]lbv1.TargetState{"m1": lbv1.TargetAdding, "m2": lbv1.TargetAdding}))
 }
+
+// Without spec.backend.arp.takeOver the takeover's conditions go, except KubeVIPTakeOver while
+// the backend still reports it (the fence of a withdrawn takeover is not deleted yet).
+func TestTakeOverConditionsWithoutTakeOver(t *testing.T) {
+	ready := metav1.Condition{Type: lbv1.KubeVIPTakeOverReadyCondition, Status: metav1.ConditionTrue, Reason: lbv1.KubeVIPTakeOverReadyReason}
+	failed := metav1.Condition{Type: lbv1.KubeVIPTakeOverCondition, Status: metav1.ConditionUnknown, Reason: lbv1.KubeVIPFenceFailedReason,
+		Message: "deleting the fence Lease kube-system/plndr-cp-lock failed"}
+	h := newHarness(t, testCluster("c1"), testMachine("m1", "c1", "10.0.0.1", true, true), testLB("lb", "c1"))
+	g := h.g
+	b := &scripted{status: providers.EndpointStatus{Endpoint: lbv1.APIEndpoint{Host: "10.0.0.100", Port: 6443}, Available: true}}
+	reg, err := providers.NewRegistry(b)
+	g.Expect(err).NotTo(HaveOccurred())
+	h.r.Backends = reg
+
+	for _, step := range []struct {
+		name     string
+		reported []metav1.Condition
+		kept     bool
+	}{
+		{"the fence is not deleted yet: kept", []metav1.Condition{ready, failed}, true},
+		{"the fence is gone: dropped", []metav1.Condition{ready}, false},
+	} {
+		b.status.Conditions = step.reported
+		h.reconcile("lb")
+		lb := h.lb("lb")
+		g.Expect(conditions.Has(lb, lbv1.KubeVIPTakeOverReadyCondition)).To(BeFalse(), step.name)
+		g.Expect(conditions.Has(lb, lbv1.KubeVIPTakeOverCondition)).To(Equal(step.kept), step.name)
+	}
+}

@@ -124,8 +124,13 @@ func (r *LoadBalancerReconciler) ensure(ctx context.Context, s *scope, members [
 			conditions.Set(lb, c)
 		}
 		if a := lb.Spec.Backend.ARP; a == nil || a.TakeOver == nil {
-			// The takeover's condition describes a spec field; without the field it would be stale.
+			// The takeover's conditions describe a spec field; without the field they would be
+			// stale. KubeVIPTakeOver stays while the backend still reports it: the fence it wrote
+			// is not deleted yet, and the condition names it for the retry.
 			conditions.Delete(lb, lbv1.KubeVIPTakeOverReadyCondition)
+			if !slices.ContainsFunc(es.Conditions, func(c metav1.Condition) bool { return c.Type == lbv1.KubeVIPTakeOverCondition }) {
+				conditions.Delete(lb, lbv1.KubeVIPTakeOverCondition)
+			}
 		}
 		for _, e := range es.Events {
 			r.event(lb, nil, e.Warning, e.Reason, "Ensure", "%s", e.Message)

@@ -205,6 +205,35 @@ const (
 	KubeVIPServiceVIPsReason = "KubeVIPServiceVIPs"
 )
 
+// The hand-over's phase, once the check allows it: the fence Lease the manager writes in the
+// workload cluster under kube-vip's election Lease, so that every kube-vip steps down and stays a
+// follower, and its retirement. See docs/migrate-from-kube-vip.md.
+const (
+	// KubeVIPTakeOverCondition is set with spec.backend.arp.takeOver.kubeVIP (and, after the
+	// field is removed, until the fence it wrote is gone): True once kube-vip is retired, False
+	// while the hand-over waits or runs, Unknown while the fence cannot be read or written. Its
+	// message names the fence Lease (namespace/name).
+	KubeVIPTakeOverCondition = "KubeVIPTakeOver"
+	// KubeVIPFencePendingReason (False): no fence yet: KubeVIPTakeOverReady is not True, or no
+	// caplb member is active, so kube-vip keeps the VIP.
+	KubeVIPFencePendingReason = "KubeVIPFencePending"
+	// KubeVIPFencedReason (False): the manager holds kube-vip's Lease under caplb's name and
+	// renews it while a kube-vip mirror Pod exists; kube-vip's leader drops the VIP within its
+	// renew deadline, and caplb's owner claims it once nobody answers ARP for it.
+	KubeVIPFencedReason = "KubeVIPFenced"
+	// KubeVIPFenceHeldReason (False): the Lease is held, unexpired, by someone that is neither
+	// kube-vip on one of its nodes nor this LoadBalancer (another LoadBalancer's fence, another
+	// tool); the manager does not take it.
+	KubeVIPFenceHeldReason = "KubeVIPFenceHeld"
+	// KubeVIPFenceFailedReason (Unknown): reading, writing or deleting the fence failed (a write
+	// conflict with kube-vip's own renewal, RBAC, the API unreachable); retried on the next
+	// reconcile. The message carries the error.
+	KubeVIPFenceFailedReason = "KubeVIPFenceFailed"
+	// KubeVIPRetiredReason (True): no kube-vip mirror Pod is left and the fence is deleted: caplb
+	// serves the VIP alone; spec.backend.arp.takeOver can be removed.
+	KubeVIPRetiredReason = "KubeVIPRetired"
+)
+
 // Conditions and reasons of the wireguard backend.
 const (
 	// GatewaysReadyCondition is True when every gateway in spec.backend.wireguard.gateways has

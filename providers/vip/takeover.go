@@ -17,31 +17,51 @@ import (
 const kubeVIPNamespace = "kube-system"
 
 // uncachedClients is what CAPI's ClusterCache offers besides GetClient: a live client. The
-// takeover check lists kube-system's Pods through it, because a cached List would start an
-// informer on every Pod of every workload cluster that takes over.
+// takeover check lists kube-system's Pods through it, and the fence reads one Lease, because a
+// cached read would start an informer on every Pod (Lease) of every workload cluster that takes
+// over.
 type uncachedClients interface {
 	GetUncachedClient(ctx context.Context, cluster client.ObjectKey) (client.Client, error)
 }
 
-// takeOverCondition is KubeVIPTakeOverReady for an arp LoadBalancer with
-// spec.backend.arp.takeOver.kubeVIP, nil for every other. It reads kube-vip's mirror Pods in the
-// workload cluster through the same connection as the Nodes (the ClusterCache, behind the
-// kubeconfig guard) and judges them with kubevip.Check; Unknown while they cannot be read.
-func (b *Backend) takeOverCondition(ctx context.Context, lb *lbv1.LoadBalancer, vip string) *metav1.Condition {
+// takeOver is what Ensure read of kube-vip for a takeover: the KubeVIPTakeOverReady condition and
+// what the fence acts on.
+type takeOver struct {
+	ready metav1.Condition
+	// live is the workload cluster's uncached client; nil when kube-vip's Pods could not be read
+	// (then nothing below is known).
+	live client.Client
+	// passed: the check allows the hand-over.
+	passed bool
+	// podsLeft: at least one kube-vip mirror Pod exists (a refusal other than KubeVIPNotFound
+	// still means there are some).
+	podsLeft bool
+	// nodes are kube-vip's nodes when the check passed: the identities its election uses.
+	nodes []string
+}
+
+// checkTakeOver judges kube-vip for an arp LoadBalancer with spec.backend.arp.takeOver.kubeVIP,
+// nil for every other. It reads kube-vip's mirror Pods in the workload cluster through the same
+// connection as the Nodes (the ClusterCache, behind the kubeconfig guard) and judges them with
+// kubevip.Check; the condition is Unknown while they cannot be read.
+func (b *Backend) checkTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip string) *takeOver {
 	a := lb.Spec.Backend.ARP
 	if a == nil || a.TakeOver == nil || a.TakeOver.KubeVIP == nil {
 		return nil
 	}
-	pods, err := b.kubeVIPPods(ctx, lb)
+	c, pods, err := b.kubeVIPPods(ctx, lb)
 	if err != nil {
-		return &metav1.Condition{Type: lbv1.KubeVIPTakeOverReadyCondition, Status: metav1.ConditionUnknown,
-			Reason: lbv1.KubeVIPPodsUnreadableReason, Message: err.Error()}
+		return &takeOver{ready: metav1.Condition{Type: lbv1.KubeVIPTakeOverReadyCondition, Status: metav1.ConditionUnknown,
+			Reason: lbv1.KubeVIPPodsUnreadableReason, Message: err.Error()}}
 	}
-	c := kubevip.Condition(kubevip.Check(vip, a.TakeOver.KubeVIP, pods))
-	return &c
+	found, refusal := kubevip.Check(vip, a.TakeOver.KubeVIP, pods)
+	return &takeOver{ready: kubevip.Condition(found, refusal), live: c, passed: refusal == nil,
+		podsLeft: refusal == nil || refusal.Reason != lbv1.KubeVIPNotFoundReason, nodes: found.Nodes}
 }
 
-func (b *Backend) kubeVIPPods(ctx context.Context, lb *lbv1.LoadBalancer) ([]corev1.Pod, error) {
+// liveWorkload is the workload cluster's uncached client when the ClusterCache offers one, its
+// cached client otherwise (a test double, or a future ClusterCache without it).
+func (b *Backend) liveWorkload(ctx context.Context, lb *lbv1.LoadBalancer) (client.Client, error) {
 	if b.opts.Workload == nil || lb.Spec.ClusterName == "" {
 		return nil, fmt.Errorf("no workload cluster to read kube-vip's Pods in")
 	}
@@ -58,9 +78,17 @@ func (b *Backend) kubeVIPPods(ctx context.Context, lb *lbv1.LoadBalancer) ([]cor
 	if err != nil {
 		return nil, fmt.Errorf("workload cluster %s/%s: %w", lb.Namespace, lb.Spec.ClusterName, err)
 	}
+	return c, nil
+}
+
+func (b *Backend) kubeVIPPods(ctx context.Context, lb *lbv1.LoadBalancer) (client.Client, []corev1.Pod, error) {
+	c, err := b.liveWorkload(ctx, lb)
+	if err != nil {
+		return nil, nil, err
+	}
 	var list corev1.PodList
 	if err := c.List(ctx, &list, client.InNamespace(kubeVIPNamespace)); err != nil {
-		return nil, fmt.Errorf("listing Pods in %s of workload cluster %s/%s: %w", kubeVIPNamespace, lb.Namespace, lb.Spec.ClusterName, err)
+		return nil, nil, fmt.Errorf("listing Pods in %s of workload cluster %s/%s: %w", kubeVIPNamespace, lb.Namespace, lb.Spec.ClusterName, err)
 	}
-	return list.Items, nil
+	return c, list.Items, nil
 }

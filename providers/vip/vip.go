@@ -85,9 +85,7 @@ func (b *Backend) Ensure(ctx context.Context, lb *lbv1.LoadBalancer, members []p
 		return st, nil
 	}
 	st.Endpoint = lbv1.APIEndpoint{Host: addr.vip, Port: lb.Spec.EffectivePort()}
-	if c := b.takeOverCondition(ctx, lb, addr.vip); c != nil {
-		st.Conditions = append(st.Conditions, *c)
-	}
+	b.ensureTakeOver(ctx, lb, addr.vip, members, &st)
 
 	sec, cur, err := b.loadSecret(ctx, lb)
 	if err != nil {
@@ -376,6 +374,11 @@ func (b *Backend) Restore(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 // plane's VIP beside a worker ingress VIP) keeps its own on its own Nodes.
 func (b *Backend) Release(ctx context.Context, lb *lbv1.LoadBalancer) error {
 	log := ctrl.LoggerFrom(ctx)
+	if c, _ := b.unfence(ctx, lb); c != nil {
+		// Not held up: the workload cluster often goes with the LoadBalancer, and an unrenewed
+		// fence expires on its own (fenceDurationSeconds).
+		log.Info("Cannot delete the kube-vip fence; kube-vip stays fenced until it expires or `kubectl delete` removes it", "reason", c.Message)
+	}
 	if wl, err := b.workload(ctx, lb); err == nil {
 		for _, name := range b.memberNodes(ctx, lb) {
 			n := &corev1.Node{}
