@@ -104,16 +104,16 @@ type Membership struct {
 	// "" once it said it does not.
 	lastHolder string
 
-	// base is a monotonic reference taken at Start; confirmedAt is the
-	// offset from it (nanoseconds, 0 = never) at which a majority last
-	// answered direct pings. Offsets from a monotonic reading, never wall
-	// clock nanoseconds: a step of the wall clock (NTP) must not make an
-	// owner's contact look older or younger than it is.
 	// selfAddr is this member's address: user messages go out from it.
 	selfAddr netip.Addr
 	// mux takes the user-message streams off memberlist's transport.
 	mux *streamMux
 
+	// base is a monotonic reference taken at Start; confirmedAt is the
+	// offset from it (nanoseconds, 0 = never) at which a majority last
+	// answered direct pings. Offsets from a monotonic reading, never wall
+	// clock nanoseconds: a step of the wall clock (NTP) must not make an
+	// owner's contact look older or younger than it is.
 	base        time.Time
 	confirmedAt atomic.Int64
 	// answers: each member's answers to direct pings (see contact.go).

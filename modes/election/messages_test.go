@@ -17,50 +17,72 @@ import (
 // member that is not alive is an error, not a silent drop.
 func TestSendDeliversToOneMember(t *testing.T) {
 	g := NewWithT(t)
-	port := freePort(t)
-	key := []byte("0123456789abcdef")
-	var members []Member
-	for i := 1; i <= 3; i++ {
-		members = append(members, Member{Name: fmt.Sprintf("m%d", i), Address: netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})})
+	ms, received := startMessaging(t, g, "")
+	inbox := func(name string) []got {
+		var out []got
+		for _, r := range received() {
+			if r.to == name {
+				out = append(out, got{r.from, r.payload})
+			}
+		}
+		return out
 	}
-	type got struct{ from, payload string }
-	var mu sync.Mutex
-	inbox := map[string][]got{}
-	var ms []*Membership
-	for _, self := range members {
-		name := self.Name
-		m, err := Start(Config{
-			Self: name, Members: members, Port: port, Keys: [][]byte{key},
-			ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
-			SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
-			OnMessage: func(from string, payload []byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				inbox[name] = append(inbox[name], got{from, string(payload)})
-			},
-		}, Meta{}, logr.Discard())
-		g.Expect(err).NotTo(HaveOccurred())
-		ms = append(ms, m)
-		t.Cleanup(func() { _ = m.Close() })
-	}
-	g.Eventually(func() int { return ms[0].ml.NumMembers() }, 5*time.Second, 20*time.Millisecond).Should(Equal(3))
 
 	big := make([]byte, 64<<10)
 	for i := range big {
 		big[i] = byte(i)
 	}
 	g.Expect(ms[0].Send("m2", big)).To(Succeed())
-	g.Eventually(func() []got {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]got(nil), inbox["m2"]...)
-	}, 5*time.Second, 10*time.Millisecond).Should(Equal([]got{{"m1", string(big)}}))
-	mu.Lock()
-	g.Expect(inbox["m1"]).To(BeEmpty())
-	g.Expect(inbox["m3"]).To(BeEmpty())
-	mu.Unlock()
+	g.Eventually(func() []got { return inbox("m2") }, 5*time.Second, 10*time.Millisecond).Should(Equal([]got{{"m1", string(big)}}))
+	g.Expect(inbox("m1")).To(BeEmpty())
+	g.Expect(inbox("m3")).To(BeEmpty())
 
 	g.Expect(ms[0].Send("nobody", []byte("x"))).To(MatchError(ContainSubstring("nobody is not alive")))
+}
+
+// got is a user message as a test receives it.
+type got struct{ from, payload string }
+
+// delivery is a user message delivered to member to.
+type delivery struct{ to, from, payload string }
+
+// startMessaging starts members m1..m3 on 127.0.0.1-3 with one gossip key and label, waits until
+// they see each other, and returns them with a reader of every delivered user message.
+func startMessaging(t *testing.T, g Gomega, label string) ([]*Membership, func() []delivery) {
+	t.Helper()
+	port := freePort(t)
+	key := []byte("0123456789abcdef")
+	var members []Member
+	for i := 1; i <= 3; i++ {
+		members = append(members, Member{Name: fmt.Sprintf("m%d", i), Address: netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})})
+	}
+	var mu sync.Mutex
+	var inbox []delivery
+	var ms []*Membership
+	for _, self := range members {
+		name := self.Name
+		m, err := Start(Config{
+			Self: name, Members: members, Port: port, Keys: [][]byte{key}, Label: label,
+			ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
+			SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
+			OnMessage: func(from string, payload []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				inbox = append(inbox, delivery{name, from, string(payload)})
+			},
+		}, Meta{}, logr.Discard())
+		g.Expect(err).NotTo(HaveOccurred())
+		ms = append(ms, m)
+		t.Cleanup(func() { _ = m.Close() })
+	}
+	for _, m := range ms {
+		g.Eventually(func() int { return m.ml.NumMembers() }, 5*time.Second, 20*time.Millisecond).Should(Equal(3))
+	}
+	return ms, func() []delivery {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]delivery(nil), inbox...)
+	}
 }
 
 func TestParseUserMessage(t *testing.T) {
@@ -98,40 +120,16 @@ func TestParseUserMessage(t *testing.T) {
 // streams, the sender's name was whatever the message said.
 func TestUserMessageSenderIsBound(t *testing.T) {
 	g := NewWithT(t)
-	port := freePort(t)
-	key := []byte("0123456789abcdef")
-	var members []Member
-	for i := 1; i <= 3; i++ {
-		members = append(members, Member{Name: fmt.Sprintf("m%d", i), Address: netip.AddrFrom4([4]byte{127, 0, 0, byte(i)})})
-	}
-	type got struct{ from, payload string }
-	var mu sync.Mutex
-	var inbox []got
-	var ms []*Membership
-	for _, self := range members {
-		name := self.Name
-		m, err := Start(Config{
-			Self: name, Members: members, Port: port, Keys: [][]byte{key}, Label: "lb",
-			ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond,
-			SuspicionMult: 2, GossipInterval: 20 * time.Millisecond, RejoinInterval: 200 * time.Millisecond,
-			OnMessage: func(from string, payload []byte) {
-				if name != "m2" {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				inbox = append(inbox, got{from, string(payload)})
-			},
-		}, Meta{}, logr.Discard())
-		g.Expect(err).NotTo(HaveOccurred())
-		ms = append(ms, m)
-		t.Cleanup(func() { _ = m.Close() })
-	}
-	g.Eventually(func() int { return ms[2].ml.NumMembers() }, 5*time.Second, 20*time.Millisecond).Should(Equal(3))
+	ms, all := startMessaging(t, g, "lb")
+	port := ms[0].cfg.Port
 	received := func() []got {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]got(nil), inbox...)
+		var out []got
+		for _, r := range all() {
+			if r.to == "m2" {
+				out = append(out, got{r.from, r.payload})
+			}
+		}
+		return out
 	}
 	forge := func(as string, sealer *Membership) {
 		body, err := sealer.seal(append([]byte{byte(len(as))}, as+"forged"...))
