@@ -53,6 +53,9 @@ type LoadBalancerClassReconciler struct {
 	Backends *providers.Registry
 	// Recorder, when set, emits events regarding classes.
 	Recorder events.EventRecorder
+	// Clusters: the cluster serves CAPI's Clusters. Without them a class is only reported
+	// (APINotInstalled) and no Cluster is watched (optional_apis.go).
+	Clusters bool
 }
 
 // event records a Normal event on the class about one of its LoadBalancers.
@@ -67,6 +70,8 @@ type classScope struct {
 	class *lbv1.LoadBalancerClass
 	// invalid: the selector or template is invalid; the message says why.
 	invalid string
+	// missingAPI: the class needs an API the cluster does not serve; the message says which.
+	missingAPI string
 	// conflicts, notApplied, notReady name LoadBalancers (and why, for notApplied).
 	conflicts, notApplied, notReady []string
 	// paused names the matching Clusters left alone because they are paused.
@@ -176,6 +181,12 @@ func (r *LoadBalancerClassReconciler) reconcileClassNormal(ctx context.Context, 
 	}
 	if msg := validateTemplate(class, r.Backends); msg != "" {
 		s.invalid = msg
+		return nil
+	}
+	if !r.Clusters {
+		s.missingAPI = fmt.Sprintf("a LoadBalancerClass selects Clusters and needs the CRD %s, which this cluster does not serve: "+
+			"install Cluster API (clusterctl init) and restart the manager, or create LoadBalancers directly",
+			crdName(clusterv1.GroupVersion, resourceClusters))
 		return nil
 	}
 	clusters := &clusterv1.ClusterList{}
@@ -385,6 +396,8 @@ func setClassReady(s *classScope) {
 	switch {
 	case s.invalid != "":
 		c.Reason, c.Message = lbv1.InvalidSpecReason, s.invalid
+	case s.missingAPI != "":
+		c.Reason, c.Message = lbv1.APINotInstalledReason, s.missingAPI
 	case s.err != nil:
 		c.Reason, c.Message = lbv1.ReconcileErrorReason, s.err.Error()
 	case !s.class.DeletionTimestamp.IsZero():
@@ -416,20 +429,22 @@ func (r *LoadBalancerClassReconciler) setupWithManager(mgr ctrl.Manager, name st
 	if skipNameValidation {
 		opts.SkipNameValidation = ptr.To(true)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(opts).
-		For(&lbv1.LoadBalancerClass{}, builderPredicates(lbChanged)).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClasses),
-			builderPredicates(clusterSelectionChanged)).
-		Watches(&lbv1.LoadBalancer{}, handler.EnqueueRequestsFromMapFunc(loadBalancerToClass),
-			builder.WithPredicates(predicate.Funcs{
-				CreateFunc: func(e event.CreateEvent) bool { return e.Object.GetLabels()[lbv1.ClassLabel] != "" },
-				DeleteFunc: func(e event.DeleteEvent) bool { return e.Object.GetLabels()[lbv1.ClassLabel] != "" },
-				UpdateFunc: func(e event.UpdateEvent) bool {
-					return e.ObjectNew.GetLabels()[lbv1.ClassLabel] != "" && classLBChanged(e.ObjectOld, e.ObjectNew)
-				},
-			})).
+		For(&lbv1.LoadBalancerClass{}, builderPredicates(lbChanged))
+	if r.Clusters {
+		b = b.Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToClasses),
+			builderPredicates(clusterSelectionChanged))
+	}
+	return b.Watches(&lbv1.LoadBalancer{}, handler.EnqueueRequestsFromMapFunc(loadBalancerToClass),
+		builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(e event.CreateEvent) bool { return e.Object.GetLabels()[lbv1.ClassLabel] != "" },
+			DeleteFunc: func(e event.DeleteEvent) bool { return e.Object.GetLabels()[lbv1.ClassLabel] != "" },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return e.ObjectNew.GetLabels()[lbv1.ClassLabel] != "" && classLBChanged(e.ObjectOld, e.ObjectNew)
+			},
+		})).
 		Complete(r)
 }
 
