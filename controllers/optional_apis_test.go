@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/providers"
+	"github.com/caplb/caplb/providers/static"
 )
 
 func resourceList(gv string, names ...string) *metav1.APIResourceList {
@@ -211,4 +213,27 @@ func noCAPIClient(t *testing.T, c client.Client) client.Client {
 			return c.List(ctx, list, opts...)
 		},
 	})
+}
+
+// A LoadBalancerClass selects Clusters: without CAPI it is reported, and no Cluster is listed.
+func TestClassWithoutClusters(t *testing.T) {
+	g := NewWithT(t)
+	h := newHarness(t)
+	reg, err := providers.NewRegistry(&static.Backend{})
+	g.Expect(err).NotTo(HaveOccurred())
+	class := &lbv1.LoadBalancerClass{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cls"},
+		Spec: lbv1.LoadBalancerClassSpec{Template: lbv1.LoadBalancerClassTemplate{Spec: lbv1.LoadBalancerTemplateSpec{
+			Backend: lbv1.Backend{Static: &lbv1.StaticBackend{}}}}}}
+	r := &LoadBalancerClassReconciler{Client: noCAPIClient(t, h.c), Backends: reg}
+	s := &classScope{class: class}
+	g.Expect(r.reconcileClassNormal(context.Background(), s)).To(Succeed())
+	setClassReady(s)
+	g.Expect(conditions.GetReason(class, lbv1.ReadyCondition)).To(Equal(lbv1.APINotInstalledReason))
+	g.Expect(conditions.GetMessage(class, lbv1.ReadyCondition)).To(And(
+		ContainSubstring("clusters.cluster.x-k8s.io/v1beta2"), ContainSubstring("install Cluster API")))
+
+	r.Clusters = true
+	s = &classScope{class: class}
+	g.Expect(r.reconcileClassNormal(context.Background(), s)).To(MatchError(ContainSubstring("no matches for kind Cluster")),
+		"with Clusters it does list them (and this client has none)")
 }
