@@ -57,14 +57,16 @@ func memberOfValues(obj client.Object) []string {
 	return out
 }
 
-// setupIndexes registers the cache indexes. Nodes are indexed only with Node targets enabled: an
-// index starts an informer, and the manager has no access to Nodes otherwise.
-func setupIndexes(ctx context.Context, fi client.FieldIndexer, nodeTargets bool) error {
-	indexes := []struct {
+// setupIndexes registers the cache indexes. Nodes are indexed only with Node targets enabled, and
+// Machines only when the cluster serves them: an index starts an informer, and the manager has no
+// access to Nodes otherwise, nor can an informer of a missing kind sync.
+func setupIndexes(ctx context.Context, fi client.FieldIndexer, nodeTargets, machines bool) error {
+	type index = struct {
 		obj   client.Object
 		field string
 		fn    client.IndexerFunc
-	}{
+	}
+	indexes := []index{
 		{&lbv1.LoadBalancer{}, indexLBClusterName, func(o client.Object) []string {
 			if n := o.(*lbv1.LoadBalancer).Spec.ClusterName; n != "" {
 				return []string{n}
@@ -82,20 +84,17 @@ func setupIndexes(ctx context.Context, fi client.FieldIndexer, nodeTargets bool)
 			}
 			return []string{lbv1.MachineKind}
 		}},
-		{&clusterv1.Machine{}, indexMachineClusterName, func(o client.Object) []string {
+	}
+	if machines {
+		indexes = append(indexes, index{&clusterv1.Machine{}, indexMachineClusterName, func(o client.Object) []string {
 			if n := o.(*clusterv1.Machine).Spec.ClusterName; n != "" {
 				return []string{n}
 			}
 			return nil
-		}},
-		{&clusterv1.Machine{}, indexMemberOf, memberOfValues},
+		}}, index{&clusterv1.Machine{}, indexMemberOf, memberOfValues})
 	}
 	if nodeTargets {
-		indexes = append(indexes, struct {
-			obj   client.Object
-			field string
-			fn    client.IndexerFunc
-		}{&corev1.Node{}, indexMemberOf, memberOfValues})
+		indexes = append(indexes, index{&corev1.Node{}, indexMemberOf, memberOfValues})
 	}
 	for _, ix := range indexes {
 		if err := fi.IndexField(ctx, ix.obj, ix.field, ix.fn); err != nil {

@@ -67,6 +67,9 @@ type LoadBalancerReconciler struct {
 	// ClusterCache, when set, watches the workload clusters' Nodes for the VIP backends' agent
 	// reports (see watchWorkloadNodes).
 	ClusterCache clustercache.ClusterCache
+	// APIs are the optional APIs the cluster serves; a LoadBalancer that needs another is only
+	// reported (optional_apis.go), and only served kinds are watched.
+	APIs APIs
 
 	// ServingCerts checks the members' serving certificates during an endpoint move; nil means
 	// a TLS handshake from the manager (servingcert.go).
@@ -166,6 +169,10 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if r.cacheBehind(lb) {
 		outcome = resultStale
 		return ctrl.Result{RequeueAfter: staleRetry}, nil
+	}
+	if missing := r.APIs.missingFor(&lb.Spec); len(missing) > 0 {
+		// Before anything reads a Cluster or Machine: those reads would fail with no kind match.
+		return ctrl.Result{}, r.reconcileMissingAPIs(ctx, lb, missing)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Cluster", klog.KRef(lb.Namespace, lb.Spec.ClusterName))
 	ctx = ctrl.LoggerInto(ctx, log)

@@ -43,7 +43,7 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 		WithStatusSubresource(&lbv1.LoadBalancer{}, &clusterv1.Machine{}, &clusterv1.Cluster{}).
 		WithObjects(objs...)
 	rec := &recordingIndexer{}
-	if err := setupIndexes(context.Background(), rec, true); err != nil {
+	if err := setupIndexes(context.Background(), rec, true, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, ix := range rec.ixs {
@@ -62,7 +62,7 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 	}
 	h.r = &LoadBalancerReconciler{
 		Client: c, APIReader: c, RESTMapper: meta.NewDefaultRESTMapper(nil),
-		Recorder: h.recorder, Backends: reg, Metrics: metrics, Now: now,
+		Recorder: h.recorder, Backends: reg, Metrics: metrics, Now: now, APIs: AllAPIs(),
 	}
 	return h
 }

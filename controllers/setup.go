@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -58,6 +59,9 @@ type Options struct {
 	// ClusterCache, when set, lets the controller watch workload clusters' Nodes for the arp and
 	// bgp agents' reports (SetupClusterCache creates it).
 	ClusterCache clustercache.ClusterCache
+	// APIs are the optional APIs the cluster serves (DiscoverAPIs); nil means Setup asks the
+	// API server's discovery itself. Only these are watched and indexed.
+	APIs *APIs
 }
 
 // AddToScheme adds every type the controller reads or writes: client-go's (Nodes, Events,
@@ -75,7 +79,11 @@ func AddToScheme(s *runtime.Scheme) error {
 // Setup registers the field indexes, the backends, the metrics, the LoadBalancer reconciler and
 // the LoadBalancerClass reconciler on mgr. The manager's scheme must include AddToScheme's types.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	if err := setupIndexes(ctx, mgr.GetFieldIndexer(), opts.NodeTargetsNamespace != ""); err != nil {
+	apis, err := setupAPIs(ctx, mgr, opts.APIs)
+	if err != nil {
+		return err
+	}
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer(), opts.NodeTargetsNamespace != "", apis.Machines); err != nil {
 		return err
 	}
 
@@ -124,6 +132,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Metrics:      metrics,
 		Now:          opts.Now,
 		ClusterCache: opts.ClusterCache,
+		APIs:         apis,
 
 		NodeTargetsNamespace: opts.NodeTargetsNamespace,
 	}
@@ -135,7 +144,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := r.setupWithManager(mgr, name, workers, opts.SkipNameValidation); err != nil {
 		return err
 	}
-	classes := &LoadBalancerClassReconciler{Client: mgr.GetClient(), Backends: reg, Recorder: r.Recorder}
+	classes := &LoadBalancerClassReconciler{Client: mgr.GetClient(), Backends: reg, Recorder: r.Recorder, Clusters: apis.Clusters}
 	classController := ClassControllerName
 	if opts.ControllerName != "" {
 		classController = opts.ControllerName + "-class"
@@ -144,4 +153,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("setting up the LoadBalancerClass controller: %w", err)
 	}
 	return nil
+}
+
+// setupAPIs returns the optional APIs given, or discovers them, and logs once which were found.
+func setupAPIs(ctx context.Context, mgr ctrl.Manager, given *APIs) (APIs, error) {
+	var apis APIs
+	if given != nil {
+		apis = *given
+	} else {
+		d, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return APIs{}, fmt.Errorf("creating the discovery client: %w", err)
+		}
+		if apis, err = DiscoverAPIs(d); err != nil {
+			return APIs{}, err
+		}
+	}
+	ctrl.LoggerFrom(ctx).WithName("setup").Info("Optional APIs discovered; LoadBalancers that need a missing one report APINotInstalled",
+		"found", apis.Found(), "missing", apis.Missing())
+	return apis, nil
 }

@@ -33,13 +33,21 @@ func (r *LoadBalancerReconciler) setupWithManager(mgr ctrl.Manager, name string,
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(name).
 		WithOptions(opts).
-		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged)).
-		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.machineToLoadBalancers),
-			builderPredicates(memberChanged(machineView))).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
-			builderPredicates(clusterChanged)).
+		For(&lbv1.LoadBalancer{}, builderPredicates(lbChanged))
+	// CAPI's kinds only where they are served: a watch on a missing kind never syncs and stops
+	// the manager (optional_apis.go).
+	if r.APIs.Machines {
+		b = b.Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(r.machineToLoadBalancers),
+			builderPredicates(memberChanged(machineView)))
+	}
+	if r.APIs.Clusters {
+		b = b.Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToLoadBalancers),
+			builderPredicates(clusterChanged))
+	}
+	if r.APIs.IPAM {
 		// The VIP backends' IPAddressClaims: an allocation is published at once.
-		Owns(&ipamv1.IPAddressClaim{})
+		b = b.Owns(&ipamv1.IPAddressClaim{})
+	}
 	if r.probeEvents != nil {
 		// Endpoint health changes found by the static backend's own probes.
 		b = b.WatchesRawSource(source.Channel(r.probeEvents, &handler.EnqueueRequestForObject{}))

@@ -43,6 +43,10 @@ const (
 	ReconcileErrorReason = "ReconcileError"
 	// BackendErrorReason: the backend returned an error; the message carries it.
 	BackendErrorReason = "BackendError"
+	// APINotInstalledReason: the LoadBalancer (or class) needs an API the cluster does not serve
+	// (CAPI's Cluster or Machine, the IPAM contract's IPAddressClaim); the message names the CRD
+	// and the fix. The manager discovers APIs at start: it needs a restart after they are installed.
+	APINotInstalledReason = "APINotInstalled"
 
 	// EndpointAvailableReason: the backend serves the endpoint.
 	EndpointAvailableReason = "EndpointAvailable"

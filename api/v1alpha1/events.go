@@ -77,6 +77,8 @@ const (
 
 	// EventInvalidSpec (Warning): validation failed; the message names the field and the fix.
 	EventInvalidSpec = "InvalidSpec"
+	// EventAPINotInstalled (Warning): the LoadBalancer needs an API the cluster does not serve.
+	EventAPINotInstalled = "APINotInstalled"
 	// EventBackendError (Warning): a backend call failed.
 	EventBackendError = "BackendError"
 	// EventReleased (Normal): the LoadBalancer is being deleted and released every hook and

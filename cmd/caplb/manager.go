@@ -10,7 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -137,9 +139,21 @@ func runManager(o managerOptions) error {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	cc, err := controllers.SetupClusterCache(ctx, mgr, controllers.ControllerName, false)
+	// Which of CAPI's APIs exist decides what is watched: a standalone install has none.
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+	apis, err := controllers.DiscoverAPIs(dc)
 	if err != nil {
 		return err
+	}
+	var cc clustercache.ClusterCache
+	if apis.Clusters {
+		// The ClusterCache watches Clusters; without them there is no workload cluster to reach.
+		if cc, err = controllers.SetupClusterCache(ctx, mgr, controllers.ControllerName, false); err != nil {
+			return err
+		}
 	}
 	vipOpts := vip.Options{Client: mgr.GetClient(), Workload: cc, AgentImage: o.agentImage}
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
@@ -148,6 +162,7 @@ func runManager(o managerOptions) error {
 		Backends: []providers.Backend{vip.NewARP(vipOpts), vip.NewBGP(vipOpts), wireguard.New(wireguard.Options{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), AgentImage: o.agentImage})},
 		ClusterCache: cc,
+		APIs:         &apis,
 	}); err != nil {
 		return fmt.Errorf("setting up the LoadBalancer controller: %w", err)
 	}

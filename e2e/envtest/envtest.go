@@ -42,6 +42,9 @@ type Options struct {
 	// StopTimeout bounds how long Stop waits for each process after SIGTERM before it kills it
 	// (controller-runtime's default: 20s).
 	StopTimeout time.Duration
+	// WithoutCAPICRDs leaves Cluster API's CRDs out (caplb's and ExtraCRDPaths are installed): a
+	// standalone cluster, where the manager serves Node targets only.
+	WithoutCAPICRDs bool
 	// WithoutCRDs installs no CRD at all: an API server playing a workload cluster, which has
 	// neither CAPI's kinds nor caplb's.
 	WithoutCRDs bool
@@ -74,7 +77,7 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	crdPaths, err := crdPaths(opts.ExtraCRDPaths, !opts.WithoutCAPLBCRDs)
+	crdPaths, err := crdPaths(opts.ExtraCRDPaths, !opts.WithoutCAPICRDs, !opts.WithoutCAPLBCRDs)
 	if err != nil {
 		return nil, err
 	}
@@ -125,10 +128,13 @@ func (e *Env) Stop() error {
 
 // crdPaths assembles the CRD directories to install, in dependency order:
 // CAPI first since caplb's resources reference CAPI objects.
-func crdPaths(extra []string, withOwn bool) ([]string, error) {
-	paths, err := CAPICRDPaths()
-	if err != nil {
-		return nil, err
+func crdPaths(extra []string, withCAPI, withOwn bool) ([]string, error) {
+	var paths []string
+	if withCAPI {
+		var err error
+		if paths, err = CAPICRDPaths(); err != nil {
+			return nil, err
+		}
 	}
 	if !withOwn {
 		return append(paths, extra...), nil

@@ -49,6 +49,9 @@ type Options struct {
 	WithoutCAPLBCRDs bool
 	// ServiceEndpointRouting: see envtest.Options.
 	ServiceEndpointRouting bool
+	// WithoutCAPICRDs starts a standalone cluster: neither CAPI's CRDs nor the test
+	// infrastructure provider's, only caplb's (see envtest.Options).
+	WithoutCAPICRDs bool
 }
 
 // Env is a running test control plane and a client for it.
@@ -98,8 +101,12 @@ func Start(opts Options) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: []string{crdDir}, WithoutCAPLBCRDs: opts.WithoutCAPLBCRDs,
-		ServiceEndpointRouting: opts.ServiceEndpointRouting})
+	extra := []string{crdDir}
+	if opts.WithoutCAPICRDs {
+		extra = nil
+	}
+	cp, err := envtest.Start(envtest.Options{ExtraCRDPaths: extra, WithoutCAPLBCRDs: opts.WithoutCAPLBCRDs,
+		WithoutCAPICRDs: opts.WithoutCAPICRDs, ServiceEndpointRouting: opts.ServiceEndpointRouting})
 	if err != nil {
 		return nil, err
 	}
