@@ -144,6 +144,18 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	// reaches n2 to draw one, by the stall watchdog (StallAfter); either
 	// way the Prober opens it again, on n2.
 	g.Eventually(streamOn("n2", moved)).WithTimeout(10 * time.Second).Should(BeTrue())
+	// The kept-alive connection breaks once one of its segments reaches n2;
+	// one that went to n1 after it let go waits for a retransmission first,
+	// so wait for the failure rather than stopping the Prober under it.
+	keptFailed := func() bool {
+		for _, s := range p.Failures() {
+			if s.Kind == Kept && !s.At.Before(from) {
+				return true
+			}
+		}
+		return false
+	}
+	g.Eventually(keptFailed).WithTimeout(10*time.Second).Should(BeTrue(), "the kept-alive connection to n1 broke")
 	p.Stop()
 	rec.Stop()
 
