@@ -186,18 +186,25 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 		addr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(c.Address, uint16(m.cfg.Port)))
 		go func(name string, at netip.AddrPort) {
 			// Three tries: one lost UDP packet must not veto a claim.
+			var kernel chan bool
 			for i := 0; i < 3; i++ {
 				if _, err := m.ml.Ping(name, addr); err == nil {
 					m.answers.record(name, time.Now(), m.cfg.ProbeInterval)
 					answers <- true
 					return
 				}
+				if kernel == nil {
+					// Unanswered: its process may only be starved (pings
+					// need it, a handshake needs only its kernel), or it is
+					// gone (see Answers). Ask its kernel now, beside the
+					// other tries, so that the verdict is in about when the
+					// silence counts (SilentAfter), and a gone holder is not
+					// taken over later than before the handshake existed.
+					kernel = make(chan bool, 1)
+					go func() { kernel <- m.askKernel(name, at) }()
+				}
 			}
-			// No answer: its process may only be starved (pings need it, a
-			// handshake needs only its kernel), or it is gone (see Answers).
-			ok := m.handshake(at)
-			m.answers.handshake(name, time.Now(), ok)
-			answers <- ok
+			answers <- <-kernel
 		}(c.Name, netip.AddrPortFrom(c.Address, uint16(m.cfg.Port)))
 	}
 	for i := 0; i < asked && reached < needed; i++ {
@@ -214,12 +221,37 @@ func (m *Membership) ConfirmQuorum() (reached, needed int) {
 	return reached, needed
 }
 
+// askKernel tries a handshake with the member's gossip listener and records
+// the outcome. A failure is recorded at the moment the handshake started:
+// a ping answered while it was under way is newer, so it still counts as
+// the member's latest word (Unreachable compares the two).
+func (m *Membership) askKernel(name string, at netip.AddrPort) bool {
+	started := time.Now()
+	ok := m.handshake(at)
+	if ok {
+		m.answers.handshake(name, time.Now(), true)
+	} else {
+		m.answers.handshake(name, started, false)
+	}
+	return ok
+}
+
+// handshakeTimeout is how long a handshake may take before the member's
+// kernel counts as unreachable: a probe interval, or two probe timeouts if
+// longer. A kernel answers a SYN from its network softirq, within
+// milliseconds even while every process on the machine is starved, so this
+// is a bound on the path, not on the member's load; longer would only delay
+// the takeover of a holder whose machine or link went.
+func (m *Membership) handshakeTimeout() time.Duration {
+	return max(m.cfg.ProbeInterval, 2*m.cfg.ProbeTimeout)
+}
+
 // handshake reports whether the gossip listener at addr completes a TCP
-// handshake within twice the probe interval (three probe timeouts if
-// longer). The stream carries the label header and then ends, which the
-// peer's memberlist reads as a clean end of stream: nothing is logged.
+// handshake within handshakeTimeout. The stream carries the label header and
+// then ends, which the peer's memberlist reads as a clean end of stream:
+// nothing is logged.
 func (m *Membership) handshake(addr netip.AddrPort) bool {
-	d := net.Dialer{Timeout: max(2*m.cfg.ProbeInterval, 3*m.cfg.ProbeTimeout)}
+	d := net.Dialer{Timeout: m.handshakeTimeout()}
 	c, err := d.Dial("tcp", addr.String())
 	if err != nil {
 		return false

@@ -3,6 +3,7 @@ package election
 import (
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,4 +95,57 @@ func TestHandshakeNeedsOnlyTheKernel(t *testing.T) {
 	}
 	g.Expect(ln.Close()).To(Succeed())
 	g.Expect(m.handshake(addr)).To(BeFalse(), "refused once the listener is gone")
+}
+
+// TestKernelVerdictIsDatedAtItsStart: a failed handshake counts from the
+// moment it started, so that a ping answered while it was under way (the
+// handshake runs beside the ping tries) stays the member's latest word; a
+// completed one counts from its end.
+func TestKernelVerdictIsDatedAtItsStart(t *testing.T) {
+	g := NewWithT(t)
+	m := &Membership{cfg: Config{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 50 * time.Millisecond}}
+	g.Expect(m.handshakeTimeout()).To(Equal(100 * time.Millisecond))
+	addr := fullListener(t)
+
+	before := time.Now()
+	g.Expect(m.askKernel("m2", addr)).To(BeTrue(), "the first handshake fills the accept queue")
+	g.Expect(m.Answers("m2").Listening).To(BeTemporally(">=", before))
+
+	// The queue is full: the kernel drops the next SYN, and the handshake
+	// times out. A ping is answered 30 ms into it.
+	started := time.Now()
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		m.answers.record("m2", time.Now(), m.cfg.ProbeInterval)
+	}()
+	g.Expect(m.askKernel("m2", addr)).To(BeFalse(), "timed out")
+	g.Expect(time.Since(started)).To(BeNumerically(">=", m.handshakeTimeout()))
+	a := m.Answers("m2")
+	g.Expect(a.Unanswered).To(BeTemporally("~", started, 10*time.Millisecond))
+	g.Expect(a.Last).To(BeTemporally(">", a.Unanswered))
+	g.Expect(a.Unreachable(time.Now(), m.cfg.ProbeInterval)).To(BeFalse(),
+		"a ping answered after the handshake began: the member is not unreachable")
+}
+
+// fullListener listens on loopback with a backlog of 0 and never accepts, so
+// that the one connection its queue holds fills it and the kernel drops
+// later SYNs, as on a path that went.
+func fullListener(t *testing.T) netip.AddrPort {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*syscall.SockaddrInet4).Port))
 }

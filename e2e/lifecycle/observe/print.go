@@ -15,7 +15,11 @@ func Print(w io.Writer, r Result) error {
 		r.RequestsByKind[Fresh], r.RequestsByKind[Kept], r.RequestsByKind[Stream], r.StreamLines, r.StreamInterruptions, r.RetriedRequests)
 	row("failed requests", "%d (new %d, kept-alive %d, stream %d)", r.FailedRequests,
 		r.FailedByKind[Fresh], r.FailedByKind[Kept], r.FailedByKind[Stream])
-	row("max gap", "%.1f ms", r.MaxGapMS)
+	row("max gap", "%.1f ms at +%.3fs (slowest answer: new %.0f ms, kept-alive %.0f ms)", r.MaxGapMS, r.MaxGapAtS,
+		r.SlowestMSByKind[Fresh], r.SlowestMSByKind[Kept])
+	for _, s := range r.MaxGapSamples {
+		row("  in the gap", "%s", s)
+	}
 	row("replacements", "%d (p50 %.1f s, max %.1f s)", r.Replacements, r.ReplacementSecondsP50, r.ReplacementSecondsMax)
 	row("hook held max", "%.1f s", r.HookHoldSecondsMax)
 	row("dual owner max", "%s (%d holder samples)", msOrNA(r.DualOwnerMSMax), r.HolderSamples)

@@ -29,6 +29,14 @@ type Result struct {
 	// MaxGapMS is the longest stretch of the window without a successful
 	// sample of any kind (a stream line counts).
 	MaxGapMS float64 `json:"max_gap_ms"`
+	// MaxGapAtS is where the longest gap began, in seconds from the window's start, and
+	// MaxGapSamples what the probes did in it: the requests that began inside it and the
+	// first success after it, each as "+<s> <kind> <node or error> <latency>". A gap can
+	// be the VIP (failures, a holder-less moment) or the API server answering slowly.
+	MaxGapAtS     float64  `json:"max_gap_at_s"`
+	MaxGapSamples []string `json:"max_gap_samples,omitempty"`
+	// SlowestMSByKind is the longest a successful request of each kind took.
+	SlowestMSByKind map[Kind]float64 `json:"slowest_ms_by_kind,omitempty"`
 	// DualOwnerMSMax is the longest run of holder samples in which two or
 	// more nodes held the VIP, up to the first sample that ended it (so at
 	// the sampler's resolution, rounded up). Null without holder samples.
@@ -93,6 +101,12 @@ func Summarize(in Input) Result {
 		if s.OK {
 			all = append(all, s.At)
 			byKind[s.Kind] = append(byKind[s.Kind], s.At)
+			if !s.Event {
+				if r.SlowestMSByKind == nil {
+					r.SlowestMSByKind = map[Kind]float64{}
+				}
+				r.SlowestMSByKind[s.Kind] = max(r.SlowestMSByKind[s.Kind], ms(s.Latency))
+			}
 		}
 		switch {
 		case s.Event:
@@ -115,6 +129,7 @@ func Summarize(in Input) Result {
 		}
 	}
 	r.MaxGapMS = ms(maxGap(all, from, to))
+	r.MaxGapAtS, r.MaxGapSamples = gapSamples(in.Samples, all, from, to)
 	for k, ts := range byKind {
 		r.MaxGapMSByKind[k] = ms(maxGap(ts, from, to))
 	}
@@ -189,6 +204,38 @@ func (in Input) window() (from, to time.Time) {
 		to = from
 	}
 	return from, to
+}
+
+// gapSamples finds where the longest gap of ok (success times) in [from, to]
+// begins and describes the samples that began in it, up to the first
+// success after it (at most 12).
+func gapSamples(samples []Sample, ok []time.Time, from, to time.Time) (float64, []string) {
+	ts := append([]time.Time(nil), ok...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	start, end := from, to
+	if len(ts) > 0 {
+		start, end = from, ts[0]
+		for i := 1; i < len(ts); i++ {
+			if ts[i].Sub(ts[i-1]) > end.Sub(start) {
+				start, end = ts[i-1], ts[i]
+			}
+		}
+		if to.Sub(ts[len(ts)-1]) > end.Sub(start) {
+			start, end = ts[len(ts)-1], to
+		}
+	}
+	var out []string
+	for _, s := range samples {
+		if s.Event || s.At.Before(start) || s.At.After(end) || len(out) == 12 {
+			continue
+		}
+		what := s.Node
+		if !s.OK {
+			what = "error: " + s.Err
+		}
+		out = append(out, fmt.Sprintf("+%.3fs %s %s %.0f ms", s.At.Sub(from).Seconds(), s.Kind, what, ms(s.Latency)))
+	}
+	return seconds(start.Sub(from)), out
 }
 
 // maxGap is the longest stretch of [from, to] without a time in ts.

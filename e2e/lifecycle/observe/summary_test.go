@@ -365,3 +365,21 @@ func TestRecorderEtcd(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxGapSamples: the summary says where the longest gap began and what
+// the probes did in it, so that a gap can be told from a slow answer.
+func TestMaxGapSamples(t *testing.T) {
+	g := NewWithT(t)
+	slow := Sample{At: at(100), Kind: Kept, OK: true, Node: "n2", Latency: 300 * time.Millisecond}
+	failed := Sample{At: at(150), Kind: Fresh, Err: "connection reset by peer", Latency: 2 * time.Millisecond}
+	samples := cat(every(Fresh, 0, 90, 10, true), []Sample{slow, failed}, every(Fresh, 400, 500, 10, true))
+	r := Summarize(Input{Samples: samples, From: at(0), To: at(500)})
+	g.Expect(r.MaxGapMS).To(Equal(300.0))
+	g.Expect(r.MaxGapAtS).To(Equal(0.1))
+	g.Expect(r.MaxGapSamples).To(Equal([]string{
+		"+0.100s kept n2 300 ms",
+		"+0.150s fresh error: connection reset by peer 2 ms",
+		"+0.400s fresh n1 0 ms",
+	}))
+	g.Expect(r.SlowestMSByKind).To(HaveKeyWithValue(Kept, 300.0))
+}
