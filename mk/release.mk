@@ -19,13 +19,21 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 GO_LDFLAGS := -X github.com/caplb/caplb/cmd/internal/version.Version=$(VERSION) \
 	-X github.com/caplb/caplb/cmd/internal/version.Commit=$(COMMIT)
 
-.PHONY: release components
+.PHONY: release release-manifests components
 
-release: ## Write the clusterctl release into $(OUT)/release: addon-components.yaml, metadata.yaml, agent manifests, cluster templates.
+release: release-manifests images ## Every asset of a release into $(RELEASE_DIR): the manifests (below), the images as OCI tarballs, checksums.txt.
+	@for img in caplb-manager caplb-agent; do \
+	  echo "tar $(RELEASE_DIR)/$$img-$(VERSION).oci.tar"; \
+	  tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+	    -C $(IMAGES_DIR)/$$img -cf $(RELEASE_DIR)/$$img-$(VERSION).oci.tar . || exit 1; \
+	done
+	$(GO) run ./hack/mkrelease -checksums -out $(RELEASE_DIR)
+
+release-manifests: ## Only the manifests, fast: addon-components.yaml, caplb-standalone.yaml (kubectl apply, no clusterctl), metadata.yaml, agent manifests, cluster templates.
 	$(GO) run ./hack/mkrelease -out $(RELEASE_DIR) -version $(VERSION) \
 	  -manager-image $(MANAGER_IMAGE) -agent-image $(AGENT_IMAGE)
 
-components: release ## Alias of `make release` (kept for the old name).
+components: release-manifests ## Alias of `make release-manifests` (kept for the old name).
 
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 

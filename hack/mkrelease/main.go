@@ -1,5 +1,6 @@
 // Command mkrelease writes caplb's clusterctl release (`make release`): addon-components.yaml,
-// metadata.yaml and the agent manifests, with image references built from one registry and
+// caplb-standalone.yaml, metadata.yaml and the agent manifests (and, with -checksums, only
+// checksums.txt over a finished release directory), with image references built from one registry and
 // version (mk/release.mk).
 package main
 
@@ -19,7 +20,17 @@ func main() {
 	flag.StringVar(&o.Version, "version", "", "release version, e.g. v0.1.0 (its major.minor must be a series in metadata.yaml)")
 	flag.StringVar(&o.ManagerImage, "manager-image", "", "manager image reference, the default of ${"+release.ManagerImageVariable+"}")
 	flag.StringVar(&o.AgentImage, "agent-image", "", "agent image reference for the agent manifests")
+	checksums := flag.Bool("checksums", false, "only write checksums.txt over the files already in -out (the last step of `make release`)")
 	flag.Parse()
+	if *checksums {
+		p, err := release.WriteChecksums(*out)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mkrelease:", err)
+			os.Exit(1)
+		}
+		fmt.Println("wrote", p)
+		return
+	}
 	files, err := release.Write(o, *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkrelease:", err)

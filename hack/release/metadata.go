@@ -62,7 +62,8 @@ func Metadata(o Options) ([]byte, error) {
 // LoadBalancer targets remotely (config/workload/rbac.yaml, as it is).
 const WorkloadRBACFile = "workload-rbac.yaml"
 
-// Write renders the release into dir: addon-components.yaml, metadata.yaml, the agent
+// Write renders the release into dir: addon-components.yaml, its one-file rendering for
+// kubectl (caplb-standalone.yaml), metadata.yaml, the agent
 // manifests, the workload-cluster RBAC of remote Node targets and the clusterctl templates (templates/cluster-template-*.yaml and
 // clusterclass-*.yaml, copied as they are: clusterctl substitutes their variables). It returns
 // the paths written.
@@ -79,7 +80,11 @@ func Write(o Options, dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{ComponentsFile: comps, MetadataFile: md}
+	standalone, err := Standalone(comps, o.Version)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{ComponentsFile: comps, MetadataFile: md, StandaloneFile: standalone}
 	for k, v := range agent {
 		files[k] = v
 	}

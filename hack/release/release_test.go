@@ -171,12 +171,17 @@ func TestEveryConfigImageIsReleased(t *testing.T) {
 				t.Errorf("%s:%d: image %q is not set by `make release`; add the file to hack/release", rel, i+1, ref)
 				continue
 			}
-			repo := ref
+			repo, tag := ref, ""
 			if j := strings.LastIndex(ref, ":"); j > strings.LastIndex(ref, "/") {
-				repo = ref[:j]
+				repo, tag = ref[:j], ref[j+1:]
 			}
 			if repo != name && !strings.HasSuffix(repo, "/"+name) {
 				t.Errorf("%s:%d: image %q, want the %s image", rel, i+1, ref, name)
+			}
+			// Unreleased manifests are applied as they are too (kubectl apply -k): a tag that
+			// moves (latest, or none) would run whatever was pushed last.
+			if strings.Contains(repo, "/") && (tag == "" || tag == "latest") {
+				t.Errorf("%s:%d: image %q: pin a version tag, not %q", rel, i+1, ref, tag)
 			}
 		}
 		return nil
