@@ -67,11 +67,16 @@ func (o Options) validate() error {
 // clusterctl relies on: exactly one Namespace and a Deployment whose controller container is
 // named "manager".
 func Components(o Options) ([]byte, error) {
+	return render(o, "default")
+}
+
+// render builds config/<kustomization> as Components describes.
+func render(o Options, kustomization string) ([]byte, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	dir := filepath.Join(o.Root, "config", "default")
+	dir := filepath.Join(o.Root, "config", kustomization)
 	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)

@@ -80,7 +80,7 @@ func Write(o Options, dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	standalone, err := Standalone(comps, o.Version)
+	standalone, err := StandaloneComponents(o)
 	if err != nil {
 		return nil, err
 	}

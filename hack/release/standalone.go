@@ -22,7 +22,17 @@ const ChecksumsFile = "checksums.txt"
 // clusterctlVariable is clusterctl's variable syntax: ${NAME} or ${NAME:=default}.
 var clusterctlVariable = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:=([^}]*))?\}`)
 
-// Standalone renders the components for `kubectl apply`: every ${NAME:=default} becomes its
+// StandaloneComponents renders config/standalone (the components and the node-targets
+// component) as caplb-standalone.yaml: for `kubectl apply`, with no variable left.
+func StandaloneComponents(o Options) ([]byte, error) {
+	comps, err := render(o, "standalone")
+	if err != nil {
+		return nil, err
+	}
+	return Standalone(comps, o.Version)
+}
+
+// Standalone renders components for `kubectl apply`: every ${NAME:=default} becomes its
 // default. A variable without a default cannot be rendered (clusterctl would ask for it), so it
 // is refused by name rather than left for kubectl to apply as text.
 func Standalone(components []byte, version string) ([]byte, error) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,9 +20,9 @@ import (
 func TestStandalone(t *testing.T) {
 	g := NewWithT(t)
 	o := testOptions(t)
-	comps, err := Components(o)
+	comps, err := render(o, "standalone")
 	g.Expect(err).NotTo(HaveOccurred())
-	out, err := Standalone(comps, o.Version)
+	out, err := StandaloneComponents(o)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(out)).NotTo(ContainSubstring("${"))
 	g.Expect(string(out)).To(HavePrefix("# caplb v0.1.0: every component in one file"))
@@ -32,9 +33,25 @@ func TestStandalone(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	got, err := utilyaml.ToUnstructured(out)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(Equal(want), "the same objects clusterctl init applies with the defaults")
+	g.Expect(got).To(Equal(want), "the same objects clusterctl would apply with the defaults")
 	g.Expect(string(out)).To(ContainSubstring("image: " + o.ManagerImage))
 	g.Expect(string(out)).To(ContainSubstring("--agent-image=" + o.AgentImage))
+
+	// Without CAPI the manager serves its own cluster's Nodes: the node-targets component is in.
+	g.Expect(string(out)).To(ContainSubstring("--node-targets-namespace=caplb-system"))
+	nodes := false
+	for _, u := range got {
+		if u.GetKind() == "ClusterRole" && strings.Contains(fmt.Sprint(u.Object["rules"]), "nodes") {
+			nodes = true
+		}
+	}
+	g.Expect(nodes).To(BeTrue(), "a ClusterRole grants the Node verbs")
+	// And everything of the clusterctl components is in it too.
+	def, err := Components(o)
+	g.Expect(err).NotTo(HaveOccurred())
+	defObjs, err := utilyaml.ToUnstructured(def)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(len(got)).To(BeNumerically(">", len(defObjs)))
 }
 
 func TestStandaloneRefusesAVariableWithoutDefault(t *testing.T) {
