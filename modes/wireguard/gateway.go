@@ -195,7 +195,12 @@ func (g *Gateway) Run(ctx, force context.Context) error {
 		servers = append(servers, srv)
 	}
 	if g.cfg.Admin.Listen != "0" {
-		srv, err := serveHTTP(g.cfg.Admin.Listen, g.adminHandler())
+		h, err := g.adminHandler()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv, err := serveHTTP(g.cfg.Admin.Listen, h)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("admin.listen: %w", err)

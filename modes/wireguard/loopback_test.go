@@ -245,6 +245,7 @@ func TestLoopbackGatewayServesHealthyMembersAndQuiesces(t *testing.T) {
 	}
 	g.Expect(seen).To(HaveKey("m1"))
 	g.Expect(seen).To(HaveKey("m2"))
+	l.expectMetricsAfterTraffic(g, 20)
 
 	// Quiesce m1 under load: no request fails and, once quiesced, none goes to m1.
 	stop := l.load(4)
@@ -269,6 +270,35 @@ func TestLoopbackGatewayServesHealthyMembersAndQuiesces(t *testing.T) {
 	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o600)))
 	g.Expect(l.gw.Quiesce("m1", false)).To(BeTrue())
 	g.Eventually(func() bool { name, _ := l.get(); return name == "m1" }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
+}
+
+// expectMetricsAfterTraffic scrapes the admin /metrics of a gateway whose members m1 and m2 served
+// at least served requests: both healthy, a real WireGuard handshake each, the requests counted.
+func (l *loopLab) expectMetricsAfterTraffic(g Gomega, served int) {
+	h, err := l.gw.adminHandler()
+	g.Expect(err).NotTo(HaveOccurred())
+	fams := scrapeMetrics(g, h)
+	g.Expect(fams).To(HaveKey("caplb_wireguard_gateway_info"))
+	total := 0.0
+	for _, s := range samples(fams["caplb_wireguard_member_connections_total"]) {
+		total += s.value
+	}
+	g.Expect(total).To(BeNumerically(">=", served))
+	for _, name := range []string{"caplb_wireguard_member_healthy", "caplb_wireguard_member_last_handshake_timestamp_seconds"} {
+		g.Expect(fams).To(HaveKey(name))
+		got := map[string]float64{}
+		for _, s := range samples(fams[name]) {
+			got[s.labels["node"]] = s.value
+		}
+		g.Expect(got).To(HaveLen(2), name)
+		for node, v := range got {
+			if name == "caplb_wireguard_member_healthy" {
+				g.Expect(v).To(Equal(1.0), node)
+			} else {
+				g.Expect(time.Since(time.Unix(int64(v), 0))).To(BeNumerically("<", time.Minute), node)
+			}
+		}
+	}
 }
 
 func TestLoopbackKeyRotationUnderLoadLosesNothing(t *testing.T) {
