@@ -38,6 +38,19 @@ func (g *Gateway) adminHandler() (http.Handler, error) {
 	return mux, nil
 }
 
+// metricsOnlyHandler is the metrics listener's: what Prometheus needs (/metrics, /healthz), and
+// nothing that reads the members' details or changes the rotation, so it may face the network.
+func (g *Gateway) metricsOnlyHandler() (http.Handler, error) {
+	metrics, err := metricsHandler(g.Status, g.build)
+	if err != nil {
+		return nil, fmt.Errorf("metrics /metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux, nil
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

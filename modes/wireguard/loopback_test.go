@@ -85,6 +85,7 @@ func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 		Health:       wgapi.GatewayHealth{CAFile: ca.CertFile, Interval: agentv1.Duration{Duration: 50 * time.Millisecond}, Timeout: agentv1.Duration{Duration: time.Second}},
 		DrainTimeout: agentv1.Duration{Duration: 2 * time.Second},
 		Admin:        wgapi.AdminConfig{Listen: "0"},
+		Metrics:      wgapi.MetricsConfig{Listen: freeTCP(t)},
 	}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
@@ -272,12 +273,20 @@ func TestLoopbackGatewayServesHealthyMembersAndQuiesces(t *testing.T) {
 	g.Eventually(func() bool { name, _ := l.get(); return name == "m1" }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
 }
 
-// expectMetricsAfterTraffic scrapes the admin /metrics of a gateway whose members m1 and m2 served
-// at least served requests: both healthy, a real WireGuard handshake each, the requests counted.
+// expectMetricsAfterTraffic scrapes the metrics listener of a gateway whose members m1 and m2
+// served at least served requests: both healthy, a real WireGuard handshake each, the requests
+// counted. The listener serves nothing that changes the rotation.
 func (l *loopLab) expectMetricsAfterTraffic(g Gomega, served int) {
-	h, err := l.gw.adminHandler()
+	base := "http://" + l.gwCfg.Metrics.Listen
+	resp, err := http.Post(base+"/v1/nodes/m1/quiesce", "", nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	fams := scrapeMetrics(g, h)
+	resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
+	resp, err = http.Get(base + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	fams := parseMetrics(g, resp.Body)
 	g.Expect(fams).To(HaveKey("caplb_wireguard_gateway_info"))
 	total := 0.0
 	for _, s := range samples(fams["caplb_wireguard_member_connections_total"]) {

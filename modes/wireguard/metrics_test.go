@@ -2,6 +2,7 @@ package wireguard
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -24,8 +25,13 @@ func scrapeMetrics(g Gomega, h http.Handler) map[string]*dto.MetricFamily {
 	req.Header.Set("Accept", "text/plain")
 	h.ServeHTTP(rec, req)
 	g.Expect(rec.Code).To(Equal(http.StatusOK), rec.Body.String())
+	return parseMetrics(g, rec.Body)
+}
+
+// parseMetrics parses a Prometheus text exposition.
+func parseMetrics(g Gomega, body io.Reader) map[string]*dto.MetricFamily {
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(rec.Body)
+	fams, err := p.TextToMetricFamilies(body)
 	g.Expect(err).NotTo(HaveOccurred())
 	return fams
 }
@@ -140,4 +146,18 @@ func TestGatewayMetricsWithoutMembers(t *testing.T) {
 	fams := scrapeMetrics(g, h)
 	g.Expect(fams).To(HaveKey("caplb_wireguard_gateway_info"))
 	g.Expect(fams).NotTo(HaveKey("caplb_wireguard_member_healthy"))
+}
+
+// --metrics-listen is checked before anything starts, and otherwise overrides the configuration
+// (a gateway run --from-secret has a rendered configuration without a metrics listener).
+func TestGatewayMetricsListenFlag(t *testing.T) {
+	g := NewWithT(t)
+	cmd := NewGatewayCommand()
+	cmd.SetArgs([]string{"--metrics-listen", "7477", "--config", "/nonexistent"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	g.Expect(cmd.Execute()).To(MatchError(ContainSubstring(`--metrics-listen "7477"`)))
+
+	gw := &Gateway{metricsListen: ":1"}
+	WithMetricsListen("127.0.0.1:7477")(gw)
+	g.Expect(gw.metricsListen).To(Equal("127.0.0.1:7477"))
 }
