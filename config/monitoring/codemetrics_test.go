@@ -12,11 +12,13 @@ import (
 	"strings"
 )
 
-// metricKind is the Opts type a metric was declared with (Counter, Gauge, Histogram, Summary).
+// metricKind is the Opts type a metric was declared with (Counter, Gauge, Histogram, Summary), or
+// Desc for a prometheus.NewDesc of a collector's constant metrics, whose type is chosen per
+// sample at collection (so never taken for a histogram's _bucket series).
 type metricKind string
 
 // codeMetrics finds every Prometheus metric the Go code under dirs declares, by reading the
-// source: each prometheus.<Kind>Opts{Name: ...} literal, with Name a string literal, a
+// source: each prometheus.<Kind>Opts{Name: ...} literal and prometheus.NewDesc(name, ...) call, with the name a string literal, a
 // package-level string constant, or "prefix" + parameter inside a helper closure
 // (g := func(name, help string) ... Name: "caplb_agent_" + name ...), resolved at the helper's
 // calls. Anything else is an error, so that a new way of naming metrics cannot slip past the
@@ -125,6 +127,9 @@ func scanPackage(fset *token.FileSet, files []*ast.File, out map[string]metricKi
 				}
 			}
 			kind, name, ok := optsName(n)
+			if !ok {
+				kind, name, ok = descName(n)
+			}
 			if !ok || inHelper[n] {
 				return true
 			}
@@ -171,6 +176,23 @@ func optsName(n ast.Node) (metricKind, ast.Expr, bool) {
 		}
 	}
 	return "", nil, false
+}
+
+// descName matches prometheus.NewDesc(expr, ...), how a custom collector (the WireGuard
+// gateway's, which mirrors its /status) names its metrics.
+func descName(n ast.Node) (metricKind, ast.Expr, bool) {
+	call, ok := n.(*ast.CallExpr)
+	if !ok || len(call.Args) == 0 {
+		return "", nil, false
+	}
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "NewDesc" {
+		return "", nil, false
+	}
+	if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "prometheus" {
+		return "", nil, false
+	}
+	return "Desc", call.Args[0], true
 }
 
 func stringLit(e ast.Expr) (string, bool) {

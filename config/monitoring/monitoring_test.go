@@ -14,7 +14,7 @@ import (
 )
 
 // The code that registers caplb's metrics: the manager (controllers, providers), the node
-// agent (modes: agent, arp, bgp) and what every binary shares (internal: caplb_build_info).
+// agent (modes: agent, arp, bgp), the WireGuard gateway (modes/wireguard) and what every binary shares (internal: caplb_build_info).
 var metricDirs = []string{"controllers", "providers", "modes", "cmd", "internal"}
 
 var metricRef = regexp.MustCompile(`\bcaplb_[a-zA-Z0-9_]+`)
@@ -92,6 +92,7 @@ func TestCodeMetricsScanner(t *testing.T) {
 	g.Expect(code).To(HaveKeyWithValue("caplb_agent_transitions_total", metricKind("Counter")))                   // a literal
 	g.Expect(code).To(HaveKeyWithValue("caplb_agent_duplicate_owners", metricKind("Gauge")))                      // a GaugeFunc
 	g.Expect(code).To(HaveKeyWithValue("caplb_bgp_session_up", metricKind("Gauge")))                              // bgp
+	g.Expect(code).To(HaveKeyWithValue("caplb_wireguard_member_healthy", metricKind("Desc")))                     // a collector's NewDesc
 	for name := range code {
 		g.Expect(name).To(HavePrefix("caplb_"), "metrics caplb registers are named caplb_*")
 	}

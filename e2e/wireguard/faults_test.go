@@ -53,6 +53,7 @@ func TestMembersBehindNATServeThroughEitherGateway(t *testing.T) {
 		for _, m := range st.Members {
 			g.Expect(m.Endpoint).To(HavePrefix(wglab.PublicNet+"1:"), "member %s seen behind the NAT", m.Node)
 		}
+		g.Eventually(func(g Gomega) { expectGatewayMetrics(g, w, gw, 3) }, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 	}
 }
 

@@ -4,10 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
-
-	wgapi "github.com/caplb/caplb/api/wireguard/v1alpha1"
-	"github.com/caplb/caplb/internal/buildinfo"
 )
 
 // adminHandler serves the gateway's local admin endpoints (no authentication: keep it on
@@ -15,20 +11,21 @@ import (
 //
 //	GET    /status                      members, health, state, open connections (JSON)
 //	GET    /healthz                     200 while serving
-//	GET    /metrics                     Prometheus text: the build, per-member connections and health
+//	GET    /metrics                     Prometheus: the build, the gateway, per-member connections, health, handshakes
 //	POST   /v1/nodes/{node}/quiesce     no new connections; open ones close at drainTimeout
 //	DELETE /v1/nodes/{node}/quiesce     back into rotation
 //
 // The per-member connection count is what a pre-drain hook waits on: release at zero or at the
 // drain timeout.
-func (g *Gateway) adminHandler() http.Handler {
+func (g *Gateway) adminHandler() (http.Handler, error) {
+	metrics, err := metricsHandler(g.Status, g.build)
+	if err != nil {
+		return nil, fmt.Errorf("admin /metrics: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, g.Status()) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_, _ = w.Write([]byte(metricsText(g.Status(), g.build)))
-	})
+	mux.Handle("GET /metrics", metrics)
 	quiesce := func(on bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			node := r.PathValue("node")
@@ -38,7 +35,20 @@ func (g *Gateway) adminHandler() http.Handler {
 	}
 	mux.HandleFunc("POST /v1/nodes/{node}/quiesce", quiesce(true))
 	mux.HandleFunc("DELETE /v1/nodes/{node}/quiesce", quiesce(false))
-	return mux
+	return mux, nil
+}
+
+// metricsOnlyHandler is the metrics listener's: what Prometheus needs (/metrics, /healthz), and
+// nothing that reads the members' details or changes the rotation, so it may face the network.
+func (g *Gateway) metricsOnlyHandler() (http.Handler, error) {
+	metrics, err := metricsHandler(g.Status, g.build)
+	if err != nil {
+		return nil, fmt.Errorf("metrics /metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -47,28 +57,4 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// metricsText is the gateway's /metrics in the Prometheus text format, written by hand (the
-// gateway links no client_golang registry): the build, then per-member connections and health.
-func metricsText(st wgapi.Status, build buildinfo.Labels) string {
-	var b strings.Builder
-	b.WriteString(buildinfo.Text(build))
-	b.WriteString("# HELP caplb_wireguard_member_connections Open client connections per member key.\n# TYPE caplb_wireguard_member_connections gauge\n")
-	for _, m := range st.Members {
-		fmt.Fprintf(&b, "caplb_wireguard_member_connections{node=%q,public_key=%q,state=%q} %d\n", m.Node, m.PublicKey, m.State, m.Connections)
-	}
-	b.WriteString("# HELP caplb_wireguard_member_healthy 1 while the member's /readyz passes through the tunnel.\n# TYPE caplb_wireguard_member_healthy gauge\n")
-	for _, m := range st.Members {
-		v := 0
-		if m.Healthy {
-			v = 1
-		}
-		fmt.Fprintf(&b, "caplb_wireguard_member_healthy{node=%q,public_key=%q} %d\n", m.Node, m.PublicKey, v)
-	}
-	b.WriteString("# HELP caplb_wireguard_member_connections_total Client connections served per member key.\n# TYPE caplb_wireguard_member_connections_total counter\n")
-	for _, m := range st.Members {
-		fmt.Fprintf(&b, "caplb_wireguard_member_connections_total{node=%q,public_key=%q} %d\n", m.Node, m.PublicKey, m.Served)
-	}
-	return b.String()
 }

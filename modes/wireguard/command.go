@@ -3,10 +3,12 @@ package wireguard
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,7 +23,7 @@ import (
 
 // NewGatewayCommand is `caplb gateway` (docs/backends/wireguard.md); opts go to NewGateway.
 func NewGatewayCommand(opts ...GatewayOption) *cobra.Command {
-	var configPath, fromSecret, name, kubeconfig, dir string
+	var configPath, fromSecret, name, kubeconfig, dir, metricsListen string
 	var verbosity int
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -31,7 +33,8 @@ WireGuard tunnel (no kernel module, no TUN, no root needed for the device) to a 
 /readyz passes. TLS is never terminated. Members register with the join token.
 
 Admin endpoints (admin.listen, default 127.0.0.1:7475): GET /status, /metrics, /healthz;
-POST/DELETE /v1/nodes/{node}/quiesce.
+POST/DELETE /v1/nodes/{node}/quiesce. Metrics endpoints (metrics.listen or --metrics-listen, none
+by default): GET /metrics, /healthz only, for Prometheus to scrape from off the host.
 
 With --from-secret the configuration, join token and cluster CA come from the Secret a wireguard
 LoadBalancer renders (cached in --dir, mode 0600, and used from there while the management cluster
@@ -42,6 +45,13 @@ The first SIGTERM or SIGINT stops accepting (clients go to the other gateways) a
 connections finish up to drainTimeout; a second one closes them at once.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := newLogger(verbosity)
+			opts := opts
+			if metricsListen != "" {
+				if _, _, err := net.SplitHostPort(metricsListen); err != nil {
+					return fmt.Errorf("--metrics-listen %q: %w", metricsListen, err)
+				}
+				opts = append(slices.Clip(opts), WithMetricsListen(metricsListen))
+			}
 			ctx, force := signalContexts(log)
 			if fromSecret != "" {
 				return runFromSecret(ctx, force, log, fromSecret, name, kubeconfig, dir, opts)
@@ -63,6 +73,7 @@ connections finish up to drainTimeout; a second one closes them at once.`,
 	cmd.Flags().StringVar(&name, "name", "", "with --from-secret: this gateway's name in spec.backend.wireguard.gateways")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "with --from-secret: kubeconfig of the management cluster (default: $KUBECONFIG, then in-cluster)")
 	cmd.Flags().StringVar(&dir, "dir", "", "with --from-secret: where this cluster's files are kept (default /var/lib/caplb/wireguard/<namespace>/<cluster>)")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "read-only metrics listener (host:port, e.g. :7477) in place of the configuration's metrics.listen; the rendered configuration of --from-secret sets none, and which of this host's addresses to expose is the host's choice")
 	cmd.Flags().IntVarP(&verbosity, "v", "v", 0, "log verbosity (0: changes and problems, 1: per-connection detail, 3: WireGuard debug)")
 	return cmd
 }

@@ -35,7 +35,8 @@ type Gateway struct {
 	health *http.Transport // TLS config for member health checks; dials through the tunnel
 	state  *stateStore
 
-	build buildinfo.Labels // caplb_build_info on /metrics
+	build         buildinfo.Labels // caplb_build_info on /metrics
+	metricsListen string           // the read-only metrics listener: cfg.Metrics.Listen unless an option set it
 
 	mu    sync.Mutex // serialises peer changes and state saves
 	ctx   context.Context
@@ -47,6 +48,13 @@ type GatewayOption func(*Gateway)
 
 // WithGatewayBuildInfo exports caplb_build_info with l on the admin /metrics.
 func WithGatewayBuildInfo(l buildinfo.Labels) GatewayOption { return func(g *Gateway) { g.build = l } }
+
+// WithMetricsListen serves the read-only metrics listener on addr, whatever the configuration
+// says: a gateway run --from-secret gets a configuration the management cluster rendered, which
+// cannot know which of the host's addresses Prometheus may reach.
+func WithMetricsListen(addr string) GatewayOption {
+	return func(g *Gateway) { g.metricsListen = addr }
+}
 
 // NewGateway loads (or creates) the gateway key, brings the tunnel up and restores the members
 // from the static peers and the state file. Call Run to serve.
@@ -81,7 +89,7 @@ func NewGateway(cfg *wgapi.GatewayConfig, log logr.Logger, opts ...GatewayOption
 	}
 	g := &Gateway{cfg: cfg, log: log, prefix: prefix, pub: pub, tun: tun, host: host,
 		pool: newPool(cfg.Health.Rise, cfg.Health.Fall), state: &stateStore{path: cfg.StateFile},
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), metricsListen: cfg.Metrics.Listen}
 	for _, o := range opts {
 		o(g)
 	}
@@ -195,10 +203,28 @@ func (g *Gateway) Run(ctx, force context.Context) error {
 		servers = append(servers, srv)
 	}
 	if g.cfg.Admin.Listen != "0" {
-		srv, err := serveHTTP(g.cfg.Admin.Listen, g.adminHandler())
+		h, err := g.adminHandler()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv, err := serveHTTP(g.cfg.Admin.Listen, h)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("admin.listen: %w", err)
+		}
+		servers = append(servers, srv)
+	}
+	if g.metricsListen != "" {
+		h, err := g.metricsOnlyHandler()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv, err := serveHTTP(g.metricsListen, h)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics listener %s: %w", g.metricsListen, err)
 		}
 		servers = append(servers, srv)
 	}

@@ -85,6 +85,7 @@ func startLoopLabPrefix(t *testing.T, prefix string) *loopLab {
 		Health:       wgapi.GatewayHealth{CAFile: ca.CertFile, Interval: agentv1.Duration{Duration: 50 * time.Millisecond}, Timeout: agentv1.Duration{Duration: time.Second}},
 		DrainTimeout: agentv1.Duration{Duration: 2 * time.Second},
 		Admin:        wgapi.AdminConfig{Listen: "0"},
+		Metrics:      wgapi.MetricsConfig{Listen: freeTCP(t)},
 	}
 	cfg.Default()
 	if err := cfg.Validate(); err != nil {
@@ -245,6 +246,7 @@ func TestLoopbackGatewayServesHealthyMembersAndQuiesces(t *testing.T) {
 	}
 	g.Expect(seen).To(HaveKey("m1"))
 	g.Expect(seen).To(HaveKey("m2"))
+	l.expectMetricsAfterTraffic(g, 20)
 
 	// Quiesce m1 under load: no request fails and, once quiesced, none goes to m1.
 	stop := l.load(4)
@@ -269,6 +271,43 @@ func TestLoopbackGatewayServesHealthyMembersAndQuiesces(t *testing.T) {
 	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o600)))
 	g.Expect(l.gw.Quiesce("m1", false)).To(BeTrue())
 	g.Eventually(func() bool { name, _ := l.get(); return name == "m1" }, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
+}
+
+// expectMetricsAfterTraffic scrapes the metrics listener of a gateway whose members m1 and m2
+// served at least served requests: both healthy, a real WireGuard handshake each, the requests
+// counted. The listener serves nothing that changes the rotation.
+func (l *loopLab) expectMetricsAfterTraffic(g Gomega, served int) {
+	base := "http://" + l.gwCfg.Metrics.Listen
+	resp, err := http.Post(base+"/v1/nodes/m1/quiesce", "", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusNotFound))
+	resp, err = http.Get(base + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	fams := parseMetrics(g, resp.Body)
+	g.Expect(fams).To(HaveKey("caplb_wireguard_gateway_info"))
+	total := 0.0
+	for _, s := range samples(fams["caplb_wireguard_member_connections_total"]) {
+		total += s.value
+	}
+	g.Expect(total).To(BeNumerically(">=", served))
+	for _, name := range []string{"caplb_wireguard_member_healthy", "caplb_wireguard_member_last_handshake_timestamp_seconds"} {
+		g.Expect(fams).To(HaveKey(name))
+		got := map[string]float64{}
+		for _, s := range samples(fams[name]) {
+			got[s.labels["node"]] = s.value
+		}
+		g.Expect(got).To(HaveLen(2), name)
+		for node, v := range got {
+			if name == "caplb_wireguard_member_healthy" {
+				g.Expect(v).To(Equal(1.0), node)
+			} else {
+				g.Expect(time.Since(time.Unix(int64(v), 0))).To(BeNumerically("<", time.Minute), node)
+			}
+		}
+	}
 }
 
 func TestLoopbackKeyRotationUnderLoadLosesNothing(t *testing.T) {

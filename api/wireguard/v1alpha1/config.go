@@ -62,6 +62,16 @@ type GatewayConfig struct {
 	// Admin is the local HTTP listener (/status, /metrics, /healthz, quiesce). No
 	// authentication: keep it on loopback. Default 127.0.0.1:7475; "0" disables it.
 	Admin AdminConfig `json:"admin,omitempty"`
+	// Metrics is a read-only HTTP listener (GET /metrics, /healthz) for Prometheus to reach from
+	// off the host, without exposing admin's quiesce. No authentication. Unset: none (the admin
+	// listener still serves /metrics on loopback).
+	Metrics MetricsConfig `json:"metrics,omitempty"`
+}
+
+// MetricsConfig is the gateway's read-only metrics listener: host:port (":7477" for every
+// address).
+type MetricsConfig struct {
+	Listen string `json:"listen,omitempty"`
 }
 
 // GatewayWireGuard configures the gateway's userspace WireGuard device.

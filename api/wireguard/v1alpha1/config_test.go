@@ -27,6 +27,10 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 	c, err = ParseGateway([]byte(good + "maxProcs: -1\n"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.MaxProcs).To(Equal(-1), "one per CPU stays -1 (the command leaves Go's default)")
+	g.Expect(c.Metrics.Listen).To(BeEmpty(), "no metrics listener unless asked")
+	c, err = ParseGateway([]byte(good + "metrics: {listen: \":7477\"}\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Metrics.Listen).To(Equal(":7477"))
 	c, err = ParseGateway([]byte(good + "wireguard: {device: tun}\n"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(c.WireGuard.DeviceName).To(Equal("caplb-gw0"))
@@ -38,6 +42,7 @@ func TestParseGatewayDefaultsAndErrors(t *testing.T) {
 		{"no token", "name: gw1\nhealth: {caFile: /c}\n", "registration.tokenFile: is empty"},
 		{"no way in", "name: gw1\nregistration: {listen: \"0\"}\nhealth: {caFile: /c}\n", "peers: is empty"},
 		{"bad listen", good + "listen: nope\n", "listen: \"nope\" is not host:port"},
+		{"bad metrics listen", good + "metrics: {listen: \"7477\"}\n", "metrics.listen: \"7477\" is not host:port"},
 		{"bad prefix", good + "wireguard: {tunnelPrefix: 10.0.0.0/30}\n", "wireguard.tunnelPrefix"},
 		{"host bits", good + "wireguard: {tunnelPrefix: \"fd00::1/64\"}\n", "host bits"},
 		{"bad mtu", good + "wireguard: {mtu: 500}\n", "wireguard.mtu"},

@@ -96,6 +96,9 @@ func (c *GatewayConfig) Validate() error {
 	if c.Admin.Listen != "0" {
 		hostPort(&e, "admin.listen", c.Admin.Listen, true)
 	}
+	if c.Metrics.Listen != "" {
+		hostPort(&e, "metrics.listen", c.Metrics.Listen, false)
+	}
 	return errors.Join(e...)
 }
 

@@ -365,6 +365,23 @@ func (w *Lab) GatewayStatus(g *Gateway) (wgapi.Status, error) {
 	return st, err
 }
 
+// GatewayMetrics reads a gateway's /metrics: the Prometheus text the real binary serves.
+func (w *Lab) GatewayMetrics(g *Gateway) (string, error) {
+	resp, err := g.NS.HTTPClient(40 * time.Second).Get("http://" + GWAdmin + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics on %s: %s: %s", g.Name, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return string(b), nil
+}
+
 // Quiesce sets or clears a node's quiesce on every gateway (what the controller would do).
 func (w *Lab) Quiesce(node string, on bool) error {
 	method := http.MethodPost
