@@ -37,10 +37,11 @@ type Lab struct {
 	name string
 	dir  string
 
-	mu     sync.Mutex
-	nss    []*Netns
-	procs  []*Process
-	closed bool
+	mu      sync.Mutex
+	nss     []*Netns
+	procs   []*Process
+	cgroups []string // made by Netns.OwnCPU, removed on Close
+	closed  bool
 }
 
 // Netns is a named network namespace created by a Lab.
@@ -49,6 +50,7 @@ type Netns struct {
 	name   string // full name as `ip netns` knows it
 	short  string // name given to AddNamespace
 	handle netns.NsHandle
+	cgroup string // OwnCPU's group, guarded by lab.mu
 }
 
 // Lab is the lab the namespace belongs to (topology packages reach its directory and logs).
@@ -183,7 +185,8 @@ func (l *Lab) Close() error {
 	l.mu.Lock()
 	procs := l.procs
 	nss := l.nss
-	l.procs, l.nss = nil, nil
+	cgroups := l.cgroups
+	l.procs, l.nss, l.cgroups = nil, nil, nil
 	l.closed = true
 	l.mu.Unlock()
 
@@ -197,6 +200,9 @@ func (l *Lab) Close() error {
 		if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("ip netns del %s: %w: %s", n.name, err, strings.TrimSpace(string(out))))
 		}
+	}
+	if err := removeCPUGroups(cgroups); err != nil {
+		errs = append(errs, err)
 	}
 	if l.dir != "" && os.Getenv("CAPLB_LAB_KEEP") == "" {
 		_ = os.RemoveAll(l.dir)

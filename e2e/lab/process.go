@@ -39,6 +39,9 @@ func (n *Netns) Start(name string, argv []string, env []string) (*Process, error
 	// `ip netns exec` execs argv after setns, so the pid is argv's own and
 	// signals reach it directly.
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.name}, argv...)...)
+	if wrapped := n.inCPUGroup(cmd.Args); len(wrapped) != len(cmd.Args) {
+		cmd = exec.Command(wrapped[0], wrapped[1:]...)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Die with the test process even when it is killed before Close runs.
