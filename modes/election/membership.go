@@ -268,6 +268,15 @@ func (m *Membership) View() View {
 		} else if n, ok := alive[c.Name]; ok && n.addr == c.Address {
 			mv.Alive = true
 			_ = json.Unmarshal(n.meta, &mv.Meta)
+			if c.Name == lastHolder && !selfMeta.Holding && !n.returned.IsZero() && time.Since(n.returned) < SilentAfter(m.cfg.ProbeInterval) {
+				// The last holder just came back from a dead verdict saying it
+				// does not hold; until its own update (or SilentAfter), it
+				// does for a member that might claim: a claim beside a holder
+				// flips the neighbours' caches twice (docs/backends/arp.md,
+				// "Starved, not gone"). A member that holds itself (it took
+				// over) sees the metadata as it is, and does not yield to it.
+				mv.Meta.Holding = true
+			}
 		}
 		v.Members = append(v.Members, mv)
 	}
@@ -290,26 +299,49 @@ type peer struct {
 	addr netip.Addr
 	port uint16
 	meta []byte
+	// returned: when the last holder came back (a join after memberlist's
+	// dead verdict) with metadata that did not say it holds; zero once
+	// the member itself updated its metadata (see View).
+	returned time.Time
 }
 
-func (e *events) record(n *memberlist.Node, alive bool) {
+// nodeEvent is what memberlist told about a node.
+type nodeEvent int
+
+const (
+	nodeLeft    nodeEvent = iota // dead or left
+	nodeJoined                   // alive again, or for the first time
+	nodeUpdated                  // its own metadata update
+)
+
+func (e *events) record(n *memberlist.Node, ev nodeEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !alive {
+	if ev == nodeLeft {
 		delete(e.peers, n.Name)
 		return
 	}
+	p := peer{meta: append([]byte(nil), n.Meta...)}
+	a, _ := netip.AddrFromSlice(n.Addr)
+	p.addr, p.port = a.Unmap(), n.Port
 	var meta Meta
 	if n.Name != e.cfg.Self && json.Unmarshal(n.Meta, &meta) == nil {
 		switch {
 		case meta.Holding:
 			e.lastHolder = n.Name
+		case e.lastHolder == n.Name && ev == nodeJoined:
+			// Back from a dead verdict with metadata that says it does not
+			// hold: that may be an older state than the holder's own (a
+			// starved holder refutes, and the update that says it holds
+			// follows). It is kept as the last holder, and counts as
+			// holding for a moment (View), until its own update says.
+			p.returned = time.Now()
+			time.AfterFunc(SilentAfter(e.cfg.ProbeInterval), (*Membership)(e).notify)
 		case e.lastHolder == n.Name:
 			e.lastHolder = ""
 		}
 	}
-	a, _ := netip.AddrFromSlice(n.Addr)
-	e.peers[n.Name] = peer{addr: a.Unmap(), port: n.Port, meta: append([]byte(nil), n.Meta...)}
+	e.peers[n.Name] = p
 }
 
 // Leave tells the others that this member is going (they drop it at once
@@ -423,7 +455,7 @@ type events Membership
 
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	e.log.Info("member up", "member", n.Name, "address", n.Addr.String())
-	e.record(n, true)
+	e.record(n, nodeJoined)
 	e.mu.Lock()
 	e.seen[n.Name] = true
 	if e.joining == n.Name {
@@ -434,11 +466,11 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 }
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.log.Info("member down (dead or left)", "member", n.Name)
-	e.record(n, false)
+	e.record(n, nodeLeft)
 	(*Membership)(e).notify()
 }
 func (e *events) NotifyUpdate(n *memberlist.Node) {
-	e.record(n, true)
+	e.record(n, nodeUpdated)
 	(*Membership)(e).notify()
 }
 
