@@ -125,6 +125,11 @@ func TestTemplateMatrix(t *testing.T) {
 	}
 }
 
+// chartutilMerge merges b under a (a wins), as helm merges --values files.
+func chartutilMerge(a, b map[string]any) map[string]any {
+	return chartutil.CoalesceTables(a, b)
+}
+
 // agentIfNamed adds the agent values to the matrix rows about the agent.
 func agentIfNamed(name string) map[string]any {
 	if strings.Contains(name, "agent") {

@@ -1,5 +1,6 @@
-{{/* Labels every object carries. Object names are fixed (caplb-...), as in config/: one caplb per cluster. */}}
+{{/* Labels every object carries (the provider label as in config/default). Object names are fixed (caplb-...), as in config/: one caplb per cluster. */}}
 {{- define "caplb.labels" -}}
+cluster.x-k8s.io/provider: addon-caplb
 app.kubernetes.io/part-of: caplb
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
