@@ -90,4 +90,3 @@ func secretData(t *testing.T, kube kubernetes.Interface, name, key string) []byt
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return s.Data[key]
 }
-
