@@ -125,6 +125,27 @@ func TestTemplateMatrix(t *testing.T) {
 	}
 }
 
+// TestAgentProbeFollowsAdminListen: the liveness probe reaches the admin listener wherever
+// agent.config.admin.listen puts it (a probe on the wrong address would restart every agent).
+func TestAgentProbeFollowsAdminListen(t *testing.T) {
+	c := load(t)
+	for listen, want := range map[string]map[string]any{
+		"127.0.0.1:7473":    {"host": "127.0.0.1", "port": float64(7473), "path": "/healthz"},
+		"node-address:9473": {"port": float64(9473), "path": "/healthz"},
+	} {
+		t.Run(listen, func(t *testing.T) {
+			g := NewWithT(t)
+			objs, err := Render(c, ns, chartutilMerge(values("agent: {config: {admin: {listen: \""+listen+"\"}}}"), agentValues()))
+			g.Expect(err).NotTo(HaveOccurred())
+			ds := Index(objs)["DaemonSet/"+ns+"/caplb-agent"]
+			g.Expect(ds).NotTo(BeNil())
+			cs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+			probe, _, _ := unstructured.NestedMap(cs[0].(map[string]any), "livenessProbe", "httpGet")
+			g.Expect(probe).To(Equal(want))
+		})
+	}
+}
+
 // chartutilMerge merges b under a (a wins), as helm merges --values files.
 func chartutilMerge(a, b map[string]any) map[string]any {
 	return chartutil.CoalesceTables(a, b)
