@@ -101,7 +101,9 @@ func comparedFields(kind string) [][]string {
 func TestOptionalPartsMatchTheirManifests(t *testing.T) {
 	g := NewWithT(t)
 	c := load(t)
-	cobjs, err := Render(c, ns, chartutilMerge(values("metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}}"), agentValues()))
+	cobjs, err := Render(c, ns, chartutilMerge(values(`
+metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, podMonitor: {enabled: true}}
+agent: {config: {admin: {listen: "node-address:7473"}}}`), agentValues()))
 	g.Expect(err).NotTo(HaveOccurred())
 	idx := Index(cobjs)
 	for file, key := range map[string]string{
@@ -109,6 +111,7 @@ func TestOptionalPartsMatchTheirManifests(t *testing.T) {
 		"config/monitoring/operator/prometheusrule.yaml":          "PrometheusRule/" + ns + "/caplb",
 		"config/monitoring/operator/manager-metrics-service.yaml": "Service/" + ns + "/caplb-controller-manager-metrics",
 		"config/agent/daemonset.yaml":                             "DaemonSet/" + ns + "/caplb-agent",
+		"config/monitoring/operator/podmonitor.yaml":              "PodMonitor/" + ns + "/caplb-agent",
 	} {
 		want := readObject(t, file)
 		got := idx[key]
@@ -116,11 +119,18 @@ func TestOptionalPartsMatchTheirManifests(t *testing.T) {
 			continue
 		}
 		path := []string{"spec"}
+		if want.GetKind() == "PodMonitor" {
+			// The chart's agents run in its release namespace, not kube-system.
+			g.Expect(unstructured.SetNestedStringSlice(want.Object, []string{ns}, "spec", "namespaceSelector", "matchNames")).To(Succeed())
+		}
 		if want.GetKind() == "DaemonSet" {
 			path = []string{"spec", "template", "spec"}
 			// The chart pins the image to its appVersion and says when to pull it.
 			setContainer(t, want, "image", "ghcr.io/caplb/caplb-agent:"+c.Metadata.AppVersion)
 			setContainer(t, want, "imagePullPolicy", "IfNotPresent")
+			// ... and probes the admin listener where agent.config.admin.listen puts it.
+			setContainer(t, want, "livenessProbe", map[string]any{"periodSeconds": float64(10),
+				"httpGet": map[string]any{"port": float64(7473), "path": "/healthz"}})
 		}
 		w, _, _ := unstructured.NestedFieldNoCopy(want.Object, path...)
 		gotField, _, _ := unstructured.NestedFieldNoCopy(got.Object, path...)

@@ -204,6 +204,13 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 	}
 }
 
+// TestPodMonitorNeedsReachableAgents: a PodMonitor of agents listening on loopback would scrape
+// nothing, so the chart refuses it and says what to set.
+func TestPodMonitorNeedsReachableAgents(t *testing.T) {
+	_, err := Render(load(t), ns, chartutilMerge(values("metrics: {podMonitor: {enabled: true}}"), agentValues()))
+	NewWithT(t).Expect(err).To(MatchError(And(ContainSubstring("metrics.podMonitor.enabled"), ContainSubstring("agent.config.admin.listen"))))
+}
+
 // TestAgentConfigPassesAgentValidator: the rendered agent.yaml, as a pod named after a member reads
 // it (nodeName = hostname), passes the agent's own parser and validator for ARP and BGP.
 func TestAgentConfigPassesAgentValidator(t *testing.T) {

@@ -25,3 +25,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{- define "caplb.webhookService" -}}caplb-webhook-service{{- end }}
+
+{{/* The agent's admin listener (agent.config.admin.listen, the agent's default when unset). */}}
+{{- define "caplb.agentListen" -}}
+{{- ((.Values.agent.config.admin | default dict).listen | default "127.0.0.1:7473") -}}
+{{- end }}
