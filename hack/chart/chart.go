@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -49,6 +50,33 @@ func SetVersion(c *chart.Chart, version string) error {
 		return fmt.Errorf("chart version %q: %w", version, err)
 	}
 	return nil
+}
+
+// registryLine is values.yaml's image.registry line, the one place image references come from.
+var registryLine = regexp.MustCompile(`(?m)^  registry: \S+$`)
+
+// SetRegistry makes registry the default of image.registry (make release's REGISTRY), in the
+// parsed values and in the packaged values.yaml, whose comments helm keeps (it packages the raw file).
+func SetRegistry(c *chart.Chart, registry string) error {
+	if registry == "" || strings.ContainsAny(registry, " :@") {
+		return fmt.Errorf("registry %q: want a registry and path without a tag, e.g. ghcr.io/caplb", registry)
+	}
+	image, ok := c.Values["image"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("values.yaml has no image map")
+	}
+	image["registry"] = registry
+	for _, f := range c.Raw {
+		if f.Name != chartutil.ValuesfileName {
+			continue
+		}
+		if n := len(registryLine.FindAll(f.Data, -1)); n != 1 {
+			return fmt.Errorf("values.yaml: want exactly one image.registry line, found %d", n)
+		}
+		f.Data = registryLine.ReplaceAll(f.Data, []byte("  registry: "+registry))
+		return nil
+	}
+	return fmt.Errorf("the chart has no raw values.yaml")
 }
 
 // Package writes <name>-<version>.tgz into dir, as `helm package` does, and returns its path.
