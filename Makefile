@@ -11,6 +11,9 @@ TEST_DEPS :=
 # The alert rules evaluated by Prometheus's rule engine: a module of its own (its go.mod says why),
 # so ./... does not reach it and check and test name it.
 RULETEST_DIR := config/monitoring/ruletest
+# The Helm chart's tests and packager (charts/caplb): a module of its own too (helm needs k8s.io
+# v0.37, the main module is on v0.36; hack/chart/doc.go).
+CHART_TEST_DIR := hack/chart
 
 include $(sort $(wildcard mk/*.mk))
 
@@ -36,6 +39,7 @@ check: ## Fail on unformatted code and go vet findings.
 	  if [ -n "$$bad" ]; then echo "gofmt: these files need formatting (run make fmt):"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	cd $(RULETEST_DIR) && $(GO) vet ./...
+	cd $(CHART_TEST_DIR) && $(GO) vet ./...
 
 # -p 1: one test package at a time, so that the network labs' timings (sub-second failover, hold
 # timers) are not measured against a concurrent API server or another lab on a 2-core machine.
@@ -45,4 +49,6 @@ test: check $(TEST_DEPS) ## Run unit, integration and (as root) network-lab test
 	  echo "go test ./... (lab binaries built once into $$bindir)" && \
 	  CAPLB_LAB_BINDIR="$$bindir" $(GO) test -count=1 -p 1 -timeout 40m $(GOTEST_FLAGS) ./... && \
 	  echo "go test $(RULETEST_DIR)/... (its own module)" && \
-	  cd $(RULETEST_DIR) && $(GO) test -count=1 -timeout 10m $(GOTEST_FLAGS) ./...
+	  (cd $(RULETEST_DIR) && $(GO) test -count=1 -timeout 10m $(GOTEST_FLAGS) ./...) && \
+	  echo "go test $(CHART_TEST_DIR)/... (its own module)" && \
+	  cd $(CHART_TEST_DIR) && $(GO) test -count=1 -timeout 10m $(GOTEST_FLAGS) ./...

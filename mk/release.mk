@@ -21,7 +21,7 @@ GO_LDFLAGS := -X github.com/caplb/caplb/cmd/internal/version.Version=$(VERSION) 
 
 .PHONY: release release-manifests components
 
-release: release-manifests images ## Every asset of a release into $(RELEASE_DIR): the manifests (below), the images as OCI tarballs, checksums.txt.
+release: release-manifests images chart ## Every asset of a release into $(RELEASE_DIR): the manifests (below), the Helm chart caplb-<version>.tgz, the images as OCI tarballs, checksums.txt.
 	@for img in caplb-manager caplb-agent; do \
 	  echo "tar $(RELEASE_DIR)/$$img-$(VERSION).oci.tar"; \
 	  tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \

@@ -19,6 +19,7 @@ var external = map[string]string{
 	"flag --master-ipv4-cidr":           "gcloud's, for a private GKE cluster",
 	"flag --all":                        "skopeo copy's",
 	"flag --config-file":                "kube-vip's",
+	"flag --create-namespace":           "helm install's",
 }
 
 // TestDocsMentionOnlyWhatExists checks every make target, repository path, relative link,
