@@ -5,20 +5,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	capiflags "sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/caplb/caplb/cmd/internal/version"
@@ -33,21 +36,22 @@ import (
 const leaderElectionID = "caplb-manager.loadbalancer.cluster.x-k8s.io"
 
 type managerOptions struct {
-	metricsAddr, probeAddr string
-	pprofAddr              string
-	leaderElect            bool
-	leaderElectionNS       string
-	concurrency            int
-	namespace              string
-	watchFilter            string
-	qps                    float32
-	burst                  int
-	shutdownTimeout        time.Duration
-	nodeTargetsNamespace   string
-	agentImage             string
-	webhookPort            int
-	webhookCertDir         string
-	zap                    zap.Options
+	diagnostics          capiflags.ManagerOptions
+	probeAddr            string
+	pprofAddr            string
+	leaderElect          bool
+	leaderElectionNS     string
+	concurrency          int
+	namespace            string
+	watchFilter          string
+	qps                  float32
+	burst                int
+	shutdownTimeout      time.Duration
+	nodeTargetsNamespace string
+	agentImage           string
+	webhookPort          int
+	webhookCertDir       string
+	zap                  zap.Options
 }
 
 // defaultWebhookCertDir is where the manager Deployment mounts the serving certificate
@@ -62,14 +66,17 @@ func newManagerCommand() *cobra.Command {
 		Short: "Run the LoadBalancer controller",
 		Long: "Run the LoadBalancer controller against the cluster of --kubeconfig (or $KUBECONFIG, or the in-cluster\n" +
 			"config): it selects each LoadBalancer's members, holds CAPI pre-drain hooks on member Machines, and\n" +
-			"publishes endpoints to Clusters. Metrics on --metrics-bind-address (/metrics), probes on\n" +
+			"publishes endpoints to Clusters. Metrics on --diagnostics-address (/metrics,\n" +
+			"HTTPS with authentication and authorization unless --insecure-diagnostics), probes on\n" +
 			"--health-probe-bind-address (/healthz, /readyz), the validating admission webhook on --webhook-port\n" +
 			"(HTTPS, certificate from --webhook-cert-dir; 0 turns it off). SIGTERM or SIGINT stop it gracefully.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runManager(o) },
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
+	// CAPI's own flags (--diagnostics-address :8443, --insecure-diagnostics, --tls-min-version,
+	// --tls-cipher-suites, ...), so caplb is scraped like every other CAPI provider.
+	capiflags.AddManagerOptions(fs, &o.diagnostics)
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `address of the /healthz and /readyz endpoints; "0" disables them`)
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", `address of Go's pprof endpoints (/debug/pprof/), for profiling; empty (the default) disables them: they expose memory contents, bind them to localhost only`)
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among manager replicas through a Lease, so that only one reconciles")
@@ -94,6 +101,14 @@ func newManagerCommand() *cobra.Command {
 	return cmd
 }
 
+// setupLogging makes one logr logger the manager's and klog's: client-go logs through klog, and
+// without this its lines land as raw text among the manager's JSON lines.
+func setupLogging(opts *zap.Options, w io.Writer) {
+	logger := zap.New(zap.UseFlagOptions(opts), zap.WriteTo(w))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+}
+
 func runManager(o managerOptions) error {
 	if o.concurrency < 1 {
 		return errors.New("--concurrency must be at least 1")
@@ -101,7 +116,7 @@ func runManager(o managerOptions) error {
 	if o.webhookPort < 0 || o.webhookPort > 65535 {
 		return errors.New("--webhook-port must be 0 (off) or a TCP port")
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	setupLogging(&o.zap, os.Stderr)
 	log := ctrl.Log.WithName("setup")
 
 	cfg, err := ctrl.GetConfig()
@@ -115,12 +130,16 @@ func runManager(o managerOptions) error {
 	if err := controllers.AddToScheme(scheme); err != nil {
 		return err
 	}
+	_, metricsOpts, err := capiflags.GetManagerOptions(o.diagnostics)
+	if err != nil {
+		return fmt.Errorf("reading the diagnostics flags: %w", err)
+	}
 	shutdown := o.shutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(o.namespace, o.watchFilter),
 		Client:                        controllers.ClientOptions(),
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                       *metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,

@@ -60,7 +60,7 @@ func TestManagerCommand(t *testing.T) {
 	_, webhookPort, _ := net.SplitHostPort(webhookAddr)
 	cmd := newManagerCommand()
 	// No --webhook-port=0: the webhook is on by default.
-	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address", metricsAddr,
+	cmd.SetArgs([]string{"--kubeconfig", kubeconfig, "--diagnostics-address", metricsAddr, "--insecure-diagnostics",
 		"--health-probe-bind-address", probeAddr, "--concurrency", "2", "--leader-elect",
 		"--leader-election-namespace", "default", "--zap-log-level", "error",
 		"--agent-image", "registry.example/caplb:v0", "--webhook-port", webhookPort, "--webhook-cert-dir", certDir})
