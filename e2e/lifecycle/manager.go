@@ -42,7 +42,7 @@ func startManager(bin, dir string, cfg *rest.Config, agentImage string) (*manage
 		return nil, err
 	}
 	// --webhook-port=0: the lab registers no webhook and has no serving certificate.
-	cmd := exec.Command(bin, "manager", "--kubeconfig", path, "--metrics-bind-address", "0",
+	cmd := exec.Command(bin, "manager", "--kubeconfig", path, "--diagnostics-address", "0",
 		"--health-probe-bind-address", "0", "--agent-image", agentImage, "--zap-log-level", "debug", "--webhook-port=0")
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

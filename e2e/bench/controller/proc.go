@@ -44,7 +44,8 @@ func startManager(bin, kubeconfig string, extra []string, log io.Writer) (*manag
 	}
 	args := append([]string{"manager",
 		"--kubeconfig", kubeconfig,
-		"--metrics-bind-address", metrics,
+		// Plain HTTP, unauthenticated: the bench scrapes its own loopback manager.
+		"--diagnostics-address", metrics, "--insecure-diagnostics",
 		"--health-probe-bind-address", "0",
 		// The bench measures the controller; it registers no webhook and has no certificate.
 		"--webhook-port=0",
