@@ -52,6 +52,11 @@ type scrapeEndpoint struct {
 	Scheme      string       `json:"scheme"`
 	Interval    string       `json:"interval"`
 	Relabelings []relabeling `json:"relabelings,omitempty"`
+	// The manager's HTTPS --diagnostics-address: Prometheus's own token, the self-signed certificate.
+	BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+	TLSConfig       *struct {
+		InsecureSkipVerify bool `json:"insecureSkipVerify"`
+	} `json:"tlsConfig,omitempty"`
 }
 
 type serviceMonitor struct {

@@ -114,8 +114,10 @@ func LoadRepo(root string) (*Repo, error) {
 	}
 	r.TestSources = tests.String()
 	// Registered by libraries rather than by a *Var call in our code: cobra's --help and
-	// --version, controller-runtime's --kubeconfig (ctrlconfig.RegisterFlags).
-	for _, f := range []string{"help", "version", "kubeconfig"} {
+	// --version, controller-runtime's --kubeconfig (ctrlconfig.RegisterFlags), CAPI's util/flags
+	// (capiflags.AddManagerOptions in cmd/caplb/manager.go).
+	for _, f := range []string{"help", "version", "kubeconfig",
+		"diagnostics-address", "insecure-diagnostics", "tls-min-version", "tls-cipher-suites", "tls-curve-preferences"} {
 		r.Flags[f] = true
 	}
 	return r, nil
