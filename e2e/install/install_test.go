@@ -126,6 +126,9 @@ func TestInstallWithClusterctl(t *testing.T) {
 
 	t.Logf("%s: manager ready and leader under its ServiceAccount", time.Since(start).Round(time.Millisecond))
 
+	expectSecureMetrics(ctx, t, env, mgr, targetNamespace)
+	t.Logf("%s: /metrics over HTTPS refused without a token or the reader role, served with it", time.Since(start).Round(time.Millisecond))
+
 	runStaticLoadBalancer(ctx, t, env, mgr)
 	t.Logf("%s: LoadBalancer Ready, then deleted with its hook", time.Since(start).Round(time.Millisecond))
 	expectPoisonedReported(ctx, t, env, mgr, poisoned)

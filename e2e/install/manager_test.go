@@ -3,7 +3,6 @@ package install
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -143,11 +142,14 @@ type managerProcess struct {
 	logPath                string
 	probeAddr, metricsAddr string
 	done                   chan error
+	// metricsToken, when set, is the bearer token metrics sends over HTTPS (the secure
+	// --diagnostics-address); empty means the manager runs with --insecure-diagnostics (plain HTTP).
+	metricsToken string
 }
 
 // startManager runs bin with args (the container's, after its image entrypoint) plus the
 // kubeconfig the pod would get from its ServiceAccount, and loopback listeners so that parallel
-// test binaries do not collide on :8080/:8081 (later flags win).
+// test binaries do not collide on :8443/:8081 (later flags win).
 func startManager(t *testing.T, bin string, args []string, kubeconfigPath string) *managerProcess {
 	t.Helper()
 	p := &managerProcess{logPath: filepath.Join(t.TempDir(), "manager.log"), probeAddr: freeAddr(t),
@@ -157,7 +159,7 @@ func startManager(t *testing.T, bin string, args []string, kubeconfigPath string
 		t.Fatal(err)
 	}
 	args = append(args, "--kubeconfig="+kubeconfigPath,
-		"--metrics-bind-address="+p.metricsAddr, "--health-probe-bind-address="+p.probeAddr)
+		"--diagnostics-address="+p.metricsAddr, "--health-probe-bind-address="+p.probeAddr)
 	p.cmd = exec.Command(bin, args...)
 	// Only what a pod has: no KUBECONFIG or other credentials from the test's environment.
 	p.cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=/usr/bin:/bin"}
@@ -221,18 +223,12 @@ func (p *managerProcess) forbidden() []string {
 // metrics fetches the manager's Prometheus exposition and returns the lines of the series whose
 // name starts with prefix.
 func (p *managerProcess) metrics(ctx context.Context, prefix string) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/metrics", nil)
+	code, body, err := scrape(ctx, p.metricsAddr, p.metricsToken != "", p.metricsToken)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d: %s", code, body)
 	}
 	var out []string
 	for _, l := range strings.Split(string(body), "\n") {

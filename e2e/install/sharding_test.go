@@ -78,7 +78,7 @@ func TestShardedManagers(t *testing.T) {
 	for _, shard := range []string{"a", "b"} {
 		// --webhook-port=0: two managers on one host would share the port, and no webhook is
 		// registered here (TestInstallWithClusterctl runs the released one).
-		m := startManager(t, bin, []string{"manager", "--watch-filter=" + shard, "--webhook-port=0"}, kubeconfig)
+		m := startManager(t, bin, []string{"manager", "--insecure-diagnostics", "--watch-filter=" + shard, "--webhook-port=0"}, kubeconfig)
 		g.Expect(harness.Poll(ctx, timeout, "manager "+shard+" ready", m.ready)).To(Succeed())
 		managers[shard] = m
 	}

@@ -50,7 +50,7 @@ func TestStandaloneWithoutCAPI(t *testing.T) {
 
 	// The released container's arguments, the node-targets component's flag, and no webhook
 	// server (no cert-manager here).
-	mgr := startManager(t, bin, []string{"manager", "--leader-elect", "--leader-election-namespace=" + rbac.Namespace,
+	mgr := startManager(t, bin, []string{"manager", "--insecure-diagnostics", "--leader-elect", "--leader-election-namespace=" + rbac.Namespace,
 		"--node-targets-namespace=" + rbac.Namespace, "--webhook-port=0"}, kubeconfig)
 	if err := harness.Poll(ctx, timeout, "the manager ready without CAPI's CRDs", mgr.ready); err != nil {
 		t.Fatal(err)
