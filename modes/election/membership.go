@@ -268,9 +268,9 @@ func (m *Membership) View() View {
 		} else if n, ok := alive[c.Name]; ok && n.addr == c.Address {
 			mv.Alive = true
 			_ = json.Unmarshal(n.meta, &mv.Meta)
-			if c.Name == lastHolder && !selfMeta.Holding && !n.returned.IsZero() && time.Since(n.returned) < SilentAfter(m.cfg.ProbeInterval) {
+			if c.Name == lastHolder && !selfMeta.Holding && !n.returned.IsZero() && time.Since(n.returned) < returnedHolderWindow(m.cfg.ProbeInterval) {
 				// The last holder just came back from a dead verdict saying it
-				// does not hold; until its own update (or SilentAfter), it
+				// does not hold; until its own update (or returnedHolderWindow), it
 				// does for a member that might claim: a claim beside a holder
 				// flips the neighbours' caches twice (docs/backends/arp.md,
 				// "Starved, not gone"). A member that holds itself (it took
@@ -305,6 +305,14 @@ type peer struct {
 	returned time.Time
 }
 
+// returnedHolderWindow is how long a last holder back from a dead verdict
+// with metadata that does not say it holds still counts as holding: half a
+// probe interval. Its own update follows within a few gossip intervals (9 ms
+// in the starved lab run that showed the case); longer would delay a
+// failover after a real release that raced the dead verdict (a flapping
+// link: bench-arp link_flap p50 13 -> 135 ms with two probe intervals).
+func returnedHolderWindow(probeInterval time.Duration) time.Duration { return probeInterval / 2 }
+
 // nodeEvent is what memberlist told about a node.
 type nodeEvent int
 
@@ -336,7 +344,7 @@ func (e *events) record(n *memberlist.Node, ev nodeEvent) {
 			// follows). It is kept as the last holder, and counts as
 			// holding for a moment (View), until its own update says.
 			p.returned = time.Now()
-			time.AfterFunc(SilentAfter(e.cfg.ProbeInterval), (*Membership)(e).notify)
+			time.AfterFunc(returnedHolderWindow(e.cfg.ProbeInterval), (*Membership)(e).notify)
 		case e.lastHolder == n.Name:
 			e.lastHolder = ""
 		}

@@ -216,7 +216,7 @@ func TestReturnedHolderStillHolds(t *testing.T) {
 		v := m.View()
 		g.Expect(v.LastHolder).To(Equal("m1"))
 		g.Expect(holding(v, "m1")).To(BeTrue(), "counts as holding until its own update")
-		g.Eventually(func() bool { return holding(m.View(), "m1") }).WithTimeout(time.Second).Should(BeFalse(), "after SilentAfter, as it says")
+		g.Eventually(func() bool { return holding(m.View(), "m1") }).WithTimeout(time.Second).Should(BeFalse(), "after the window, as it says")
 	})
 	t.Run("its own update decides at once", func(t *testing.T) {
 		g := NewWithT(t)
