@@ -163,6 +163,30 @@ func (c *Lab) eligibleAgents() []string {
 	return out
 }
 
+// AgentMetrics is each machine's agent's /metrics (Prometheus text), read from inside the
+// machine on the admin listener; a machine whose agent does not answer maps to the error.
+func (c *Lab) AgentMetrics() map[string]string {
+	out := map[string]string{}
+	for _, m := range c.machines {
+		if m.nl == nil {
+			continue
+		}
+		resp, err := m.ns.HTTPClient(time.Second).Get("http://127.0.0.1:7473/metrics")
+		if err != nil {
+			out[m.Name] = err.Error()
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			out[m.Name] = err.Error()
+			continue
+		}
+		out[m.Name] = string(body)
+	}
+	return out
+}
+
 // ReadyMachines lists the machines whose API server answers /readyz with 200.
 func (c *Lab) ReadyMachines(ctx context.Context) []string {
 	var out []string

@@ -4,6 +4,7 @@ package realcp
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -46,6 +47,17 @@ func TestRealControlPlane(t *testing.T) {
 	}
 	g.Eventually(func() error { return Write(ctx, cs, "boot") }, 30*time.Second, 200*time.Millisecond).Should(Succeed(),
 		"client-go with kubeadm's admin.conf writes through the VIP")
+	// Each agent says what it serves, from the rendered file: the sample's LoadBalancer and
+	// cluster, the mode, the VIP and its own node (the hostname the lab's kubelet gives it).
+	lb, _, err := lab.SampleObjects(sample, "default")
+	g.Expect(err).NotTo(HaveOccurred())
+	metrics := c.AgentMetrics()
+	g.Expect(metrics).To(HaveLen(len(c.machines)))
+	for _, m := range c.machines {
+		g.Expect(metrics[m.Name]).To(ContainSubstring(fmt.Sprintf(
+			`caplb_agent_info{cluster=%q,loadbalancer=%q,mode="arp",namespace="default",node=%q,vips=%q} 1`,
+			lb.Spec.ClusterName, lb.Name, m.Name, vip.String())), "%s's agent", m.Name)
+	}
 
 	t.Run("etcd quorum loss: every readyz fails, the VIP stays (fail-open), clients recover by themselves", func(t *testing.T) {
 		r := startClients(t, c, "quorum")

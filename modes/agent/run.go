@@ -31,7 +31,7 @@ func Run(ctx, force context.Context, cfg *agentv1.AgentConfiguration, log logr.L
 	// exit path instead (force: no hand-over from a broken process).
 	force, crash := context.WithCancel(force)
 	defer crash()
-	reg, err := newRegistry(o)
+	reg, err := newRegistry(o, cfg)
 	if err != nil {
 		return err
 	}
@@ -189,10 +189,10 @@ func WithReload(ch <-chan struct{}) Option { return func(o *options) { o.reload 
 func WithBuildInfo(l buildinfo.Labels) Option { return func(o *options) { o.build = l } }
 
 // newRegistry is the admin listener's registry before the agent's own metrics: the Go and
-// process collectors and the build.
-func newRegistry(o options) (*prometheus.Registry, error) {
+// process collectors, the build and what the agent serves (caplb_agent_info).
+func newRegistry(o options, cfg *agentv1.AgentConfiguration) (*prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), infoMetric(cfg))
 	if err := buildinfo.Register(reg, o.build); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -174,6 +175,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// infoMetric is caplb_agent_info: always 1, labelled with what the agent serves, so that a
+// Prometheus scraping the agents of many LoadBalancers can group their series per
+// LoadBalancer (join on instance). One series per agent: vips lists its VIPs comma-separated,
+// in the configuration's order.
+func infoMetric(cfg *agentv1.AgentConfiguration) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "caplb_agent_info",
+		Help: "What this agent serves: always 1, with the LoadBalancer's namespace and name, its cluster, the mode, the VIPs and the node as labels.",
+		ConstLabels: prometheus.Labels{
+			"namespace":    cfg.LoadBalancer.Namespace,
+			"loadbalancer": cfg.LoadBalancer.Name,
+			"cluster":      cfg.LoadBalancer.Cluster,
+			"mode":         cfg.Mode,
+			"vips":         strings.Join(cfg.VIPs, ","),
+			"node":         cfg.NodeName,
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 func (m *metrics) transition(owner bool) {

@@ -128,6 +128,7 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 	c.Admin.Listen = renderAdminListen(v.Agent.Metrics)
 	c.Election.SecretKeyFile = agentv1.GossipKeyPath
 	c.Election.Label = lb.Namespace + "/" + lb.Name
+	c.LoadBalancer = agentv1.LoadBalancerIdentity{Namespace: lb.Namespace, Name: lb.Name, Cluster: lb.Spec.ClusterName}
 	if t := v.Agent.Timers; t != nil {
 		setDuration(&c.Election.ProbeInterval, t.ProbeInterval)
 		setDuration(&c.Election.ProbeTimeout, t.ProbeTimeout)

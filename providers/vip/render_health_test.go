@@ -26,7 +26,8 @@ func goldenLBs() map[string]*lbv1.LoadBalancer {
 
 // TestRenderWithoutHealthUnchanged: without agent.health the agent's file and static pod are
 // byte for byte what caplb rendered before the field existed (testdata/*.golden were written by
-// the rendering that predates it), so existing nodes see no change.
+// the rendering that predates it; the config files since gained only loadBalancer, the identity
+// caplb_agent_info reports, which no agent behaviour reads), so existing nodes see no change.
 func TestRenderWithoutHealthUnchanged(t *testing.T) {
 	m := agentv1.Membership{Version: 2, Members: []agentv1.MemberConfig{{Name: "n1", Address: "10.0.0.1"}}}
 	for name, lb := range goldenLBs() {

@@ -73,6 +73,8 @@ func TestRenderedConfigPerFlavor(t *testing.T) {
 			g.Expect(parsed.Quiesce.Drain.Duration).To(Equal(time.Second))
 			g.Expect(parsed.Quiesce.BusyDrain.Duration).To(Equal(25*time.Second), "busyDrain reaches the agent")
 			g.Expect(parsed.Election.Label).To(Equal("ns/lb"))
+			g.Expect(parsed.LoadBalancer).To(Equal(agentv1.LoadBalancerIdentity{Namespace: "ns", Name: "lb", Cluster: lb.Spec.ClusterName}),
+				"caplb_agent_info names the LoadBalancer")
 			g.Expect(string(b)).NotTo(ContainSubstring("0s"), "zero values are left to the agent's defaults")
 
 			man, err := renderManifest(lb, "img:1")

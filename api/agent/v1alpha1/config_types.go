@@ -66,6 +66,19 @@ type AgentConfiguration struct {
 	ARP      ARPConfig      `json:"arp,omitempty"`
 	// BGP configures the speaker in bgp mode.
 	BGP *BGPConfig `json:"bgp,omitempty"`
+	// LoadBalancer names what this agent serves, for its caplb_agent_info metric (a scrape of
+	// many clusters' agents can then be grouped per LoadBalancer). The manager renders it;
+	// optional, and it changes nothing the agent does.
+	LoadBalancer LoadBalancerIdentity `json:"loadBalancer,omitzero"`
+}
+
+// LoadBalancerIdentity names a LoadBalancer and the Cluster it fronts.
+type LoadBalancerIdentity struct {
+	// Namespace and Name of the LoadBalancer.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Cluster is its spec.clusterName ("" standalone).
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // MemberConfig is one control-plane node.

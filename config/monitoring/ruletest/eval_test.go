@@ -82,7 +82,7 @@ func firing(series string, at time.Duration, ruleFiles ...string) ([]string, err
 					continue
 				}
 				var ls []string
-				for _, name := range []string{"job", "instance", "node"} {
+				for _, name := range []string{"job", "instance", "node", "namespace", "loadbalancer"} {
 					if v := a.Labels.Get(name); v != "" {
 						ls = append(ls, fmt.Sprintf("%s=%q", name, v))
 					}

@@ -83,6 +83,22 @@ func withVIP(series ...string) []string {
 	return append(agents([3]string{"1x30", "0x30", "0x30"}, allUp), series...)
 }
 
+// twoLoadBalancers is the owner, up and info series of two LoadBalancers' agents scraped by one
+// job: a1, a2 serve prod/a and b1, b2 serve prod/b; ownerA and ownerB are a1's and b1's owner
+// series (the others own nothing).
+func twoLoadBalancers(ownerA, ownerB string) []string {
+	var out []string
+	for _, a := range []struct{ node, lb, owner string }{{"a1", "a", ownerA}, {"a2", "a", "0x30"}, {"b1", "b", ownerB}, {"b2", "b", "0x30"}} {
+		l := `job="agents",instance="` + a.node + `:7473"`
+		out = append(out,
+			`up{`+l+`} 1x30`,
+			`caplb_agent_owner{`+l+`} `+a.owner,
+			`caplb_agent_info{`+l+`,namespace="prod",loadbalancer="`+a.lb+`",cluster="`+a.lb+`",mode="arp",vips="10.0.0.1",node="`+a.node+`"} 1x30`,
+		)
+	}
+	return out
+}
+
 func TestAlertRules(t *testing.T) {
 	allUp := [3]string{"1x30", "1x30", "1x30"}
 	for _, tc := range []struct {
@@ -95,6 +111,13 @@ func TestAlertRules(t *testing.T) {
 		{"no VIP owner: every agent reports not owner",
 			agents([3]string{"1x10 0x20", "0x30", "0x30"}, allUp), 20 * time.Minute,
 			[]string{`CaplbVIPNoOwner{job="agents"}`}},
+		// One job scrapes two LoadBalancers' agents: the one that lost its owner is named, the
+		// other's owner does not hide it.
+		{"no VIP owner for one of two LoadBalancers in one job",
+			twoLoadBalancers("1x10 0x20", "1x30"), 20 * time.Minute,
+			[]string{`CaplbVIPNoOwner{job="agents",namespace="prod",loadbalancer="a"}`}},
+		{"two LoadBalancers in one job, each owned",
+			twoLoadBalancers("1x30", "1x30"), 20 * time.Minute, nil},
 		{"an owner again resolves it",
 			agents([3]string{"1x10 0x5 1x15", "0x30", "0x30"}, allUp), 20 * time.Minute, nil},
 		// The case `sum(caplb_agent_owner) == 0` alone missed: no agent series anywhere.
@@ -186,4 +209,25 @@ func TestOldNoOwnerRuleMissesAllAgentsDown(t *testing.T) {
 	got, err = firing(down, 20*time.Minute, alertsFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got).To(ContainElement(`CaplbVIPNoOwner{job="agents"}`))
+}
+
+// The case can fail: grouped by job alone (the expression before caplb_agent_info), the owner of
+// one LoadBalancer hides another's loss when one job scrapes both.
+func TestNoOwnerByJobMissesOneOfTwoLoadBalancers(t *testing.T) {
+	g := NewWithT(t)
+	byJob := filepath.Join(t.TempDir(), "by-job.yaml")
+	g.Expect(os.WriteFile(byJob, []byte(`groups:
+- name: by-job
+  rules:
+  - alert: CaplbVIPNoOwner
+    expr: sum by (job) (caplb_agent_owner) == 0
+    for: 1m
+`), 0o600)).To(Succeed())
+	lost := seriesText(twoLoadBalancers("1x10 0x20", "1x30")...)
+	got, err := firing(lost, 20*time.Minute, byJob)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(BeEmpty())
+	got, err = firing(lost, 20*time.Minute, alertsFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(ConsistOf(`CaplbVIPNoOwner{job="agents",namespace="prod",loadbalancer="a"}`))
 }
