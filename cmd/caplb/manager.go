@@ -47,12 +47,19 @@ type managerOptions struct {
 	qps                  float32
 	burst                int
 	shutdownTimeout      time.Duration
+	workloadRetry        time.Duration
 	nodeTargetsNamespace string
 	agentImage           string
 	webhookPort          int
 	webhookCertDir       string
 	zap                  zap.Options
 }
+
+// DefaultWorkloadConnectRetry is --workload-connect-retry's default. CAPI's 30s suits its fleets of
+// clusters it always watches; caplb reaches only the clusters whose LoadBalancer needs their Nodes,
+// and a new cluster's first member waited out the whole 30s after its API server came up (the
+// lifecycle lab: 33 s between the first machine's boot and its membership).
+const DefaultWorkloadConnectRetry = 5 * time.Second
 
 // defaultWebhookCertDir is where the manager Deployment mounts the serving certificate
 // cert-manager issues (config/webhook), controller-runtime's own default.
@@ -94,6 +101,8 @@ func newManagerCommand() *cobra.Command {
 		"0 turns the webhook server off, for runs without a serving certificate (the reconciler still reports a second publisher)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", defaultWebhookCertDir, "directory with the webhook's serving certificate and key (tls.crt, tls.key), reloaded when they change")
 	fs.DurationVar(&o.shutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
+	fs.DurationVar(&o.workloadRetry, "workload-connect-retry", DefaultWorkloadConnectRetry, "how soon the manager tries again to reach a workload cluster's API server after a failed attempt "+
+		"(CAPI's ClusterCache, whose own default is 30s): a new cluster's first member becomes active at most this long after its API server answers")
 	goFlags := flag.NewFlagSet("manager", flag.ContinueOnError)
 	ctrlconfig.RegisterFlags(goFlags) // --kubeconfig
 	o.zap.BindFlags(goFlags)          // --zap-log-level, --zap-devel, --zap-encoder, ...
@@ -115,6 +124,9 @@ func runManager(o managerOptions) error {
 	}
 	if o.webhookPort < 0 || o.webhookPort > 65535 {
 		return errors.New("--webhook-port must be 0 (off) or a TCP port")
+	}
+	if o.workloadRetry <= 0 {
+		return fmt.Errorf("--workload-connect-retry must be a positive duration (default %v)", DefaultWorkloadConnectRetry)
 	}
 	setupLogging(&o.zap, os.Stderr)
 	log := ctrl.Log.WithName("setup")
@@ -173,6 +185,7 @@ func runManager(o managerOptions) error {
 		if cc, err = controllers.SetupClusterCache(ctx, mgr, controllers.ControllerName, false); err != nil {
 			return err
 		}
+		controllers.ClusterCacheRetry(cc, o.workloadRetry)
 	}
 	vipOpts := vip.Options{Client: mgr.GetClient(), Workload: cc, AgentImage: o.agentImage}
 	if err := controllers.Setup(ctx, mgr, controllers.Options{

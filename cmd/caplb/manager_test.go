@@ -102,6 +102,17 @@ func TestManagerFlagsRejectBadConcurrency(t *testing.T) {
 	g.Expect(cmd.Execute()).To(MatchError(ContainSubstring("--concurrency must be at least 1")))
 }
 
+func TestManagerFlagsRejectBadWorkloadRetry(t *testing.T) {
+	for _, v := range []string{"0s", "-1s"} {
+		g := NewWithT(t)
+		cmd := newManagerCommand()
+		cmd.SetArgs([]string{"--workload-connect-retry", v})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		g.Expect(cmd.Execute()).To(MatchError(ContainSubstring("--workload-connect-retry must be a positive duration (default 5s)")), v)
+	}
+}
+
 func TestManagerFlagsWebhook(t *testing.T) {
 	g := NewWithT(t)
 	cmd := newManagerCommand()

@@ -232,6 +232,13 @@ type cpMachine struct {
 // `kubeadm join --control-plane` (the others) would, and registers its Node as its kubelet.
 func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, others []*Node) error {
 	r := d.real
+	// Each step's time goes to the lab's boot.log: where a slow boot went.
+	began, last := time.Now(), time.Now()
+	step := func(what string) {
+		d.lab.Logf("boot", "%s: %s %v", n.Name, what, time.Since(last).Round(time.Millisecond))
+		last = time.Now()
+	}
+	defer func() { d.lab.Logf("boot", "%s: booted in %v", n.Name, time.Since(began).Round(time.Millisecond)) }()
 	shared, err := d.sharedFromSecrets(ctx, namespace)
 	if err != nil {
 		return err
@@ -251,6 +258,7 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		if err := r.cluster.InitWithKeys(ctx, n.cp.Machine, n.NS, shared); err != nil {
 			return err
 		}
+		step("kubeadm init")
 	} else {
 		if etcd, err = kubeadm.NewEtcd(via.cp.Machine, via.NS.DialContext, via.cp.ClientURL()); err != nil {
 			return err
@@ -261,9 +269,11 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 			return fmt.Errorf("adding %s's etcd member as a learner: %w", n.Name, err)
 		}
 		learner = id
+		step("etcd learner added")
 		if err := r.cluster.Join(ctx, n.cp.Machine, n.NS, shared, initial); err != nil {
 			return err
 		}
+		step("kubeadm join")
 	}
 	// The kubelet starts every static pod once kubeadm wrote its kubeconfig: the agent's (the
 	// bootstrap wrote it) beside kubeadm's.
@@ -273,6 +283,7 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 	if err := n.startControlPlane(); err != nil {
 		return err
 	}
+	step("agent, etcd and kube-apiserver started")
 	if etcd != nil {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		err := etcd.Promote(pctx, learner)
@@ -280,10 +291,12 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		if err != nil {
 			return fmt.Errorf("promoting %s's etcd learner: %w", n.Name, err)
 		}
+		step("etcd learner promoted")
 	}
 	if err := n.waitAPIReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}
+	step("kube-apiserver ready")
 	if via == nil {
 		if err := r.cluster.UploadConfig(ctx, n.cp.Machine, n.NS); err != nil {
 			return err
@@ -295,7 +308,10 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 	if err := n.registerAsKubelet(ctx); err != nil {
 		return err
 	}
-	return r.cluster.MarkControlPlane(ctx, n.cp.Machine, n.NS)
+	step("Node registered")
+	err = r.cluster.MarkControlPlane(ctx, n.cp.Machine, n.NS)
+	step("marked control plane")
+	return err
 }
 
 // startControlPlane runs kubeadm's etcd and kube-apiserver manifests through the lab's kubelet.
