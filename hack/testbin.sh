@@ -30,18 +30,35 @@ bin_dir="${cache_root}/testbin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"
 
 log() { echo "testbin: $*" >&2; }
 
-# build NAME PACKAGE LDFLAGS
+# steps is how many binaries main builds; step counts them as build goes.
+steps=3
+step=0
+
+# heartbeat NAME MINUTES: a line a minute while NAME builds, so a cold build (nothing on screen
+# but the compiler's silence) says it is alive and how far along the estimate it is.
+heartbeat() {
+	local name=$1 estimate=$2 start=${SECONDS}
+	while sleep 60 >/dev/null 2>&1; do
+		log "[${step}/${steps}] still building ${name}: $(((SECONDS - start) / 60)) min of about ${estimate}"
+	done
+}
+
+# build NAME PACKAGE MINUTES LDFLAGS (MINUTES: a cold build's time on 2 cores, module downloads
+# included)
 build() {
-	local name=$1 pkg=$2 ldflags=$3
+	local name=$1 pkg=$2 estimate=$3 ldflags=$4
 	local target="${bin_dir}/${name}"
+	step=$((step + 1))
 	if [[ -x "${target}" ]]; then
-		log "${name} present in ${bin_dir}"
+		log "[${step}/${steps}] ${name} present in ${bin_dir}"
 		return
 	fi
 	local tmp="${bin_dir}/.${name}.tmp.$$"
-	# shellcheck disable=SC2064 # expand now: the trap must remove this tmp.
-	trap "rm -f '${tmp}'" EXIT
-	log "building ${name} from ${pkg} (cold build takes minutes)"
+	log "[${step}/${steps}] building ${name} from ${pkg} (cold: about ${estimate} min on 2 cores; built once, then cached in ${bin_dir})"
+	heartbeat "${name}" "${estimate}" &
+	local beat=$!
+	# shellcheck disable=SC2064 # expand now: the trap must remove this tmp and stop this heartbeat.
+	trap "rm -f '${tmp}'; kill ${beat} 2>/dev/null" EXIT
 	local start=${SECONDS}
 	(
 		cd "${module_dir}"
@@ -51,9 +68,10 @@ build() {
 		GOWORK=off CGO_ENABLED=0 go build -mod=readonly -trimpath -buildvcs=false \
 			-ldflags "-s -w ${ldflags}" -o "${tmp}" "${pkg}"
 	)
+	kill "${beat}" 2>/dev/null || true
 	mv -f "${tmp}" "${target}"
 	trap - EXIT
-	log "built ${name} in $((SECONDS - start))s"
+	log "[${step}/${steps}] built ${name} in $((SECONDS - start))s"
 }
 
 # main is a function so bash parses the whole file before running: editing
@@ -96,11 +114,13 @@ main() {
 		k8s_ldflags+=" -X ${pkg}.gitTreeState=clean"
 	done
 
-	build etcd go.etcd.io/etcd/server/v3 ""
-	build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${k8s_ldflags}"
+	# The estimates: a cold `make demo` here spent about 18 of its 27.5 minutes on these three
+	# (issue 35); kube-apiserver is most of it, kubeadm reuses much of its compiled code.
+	build etcd go.etcd.io/etcd/server/v3 4 ""
+	build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver 10 "${k8s_ldflags}"
 	# kubeadm writes the lifecycle lab's real control planes (e2e/lab/kubeadm): its own PKI,
 	# kubeconfigs and static-pod manifests.
-	build kubeadm k8s.io/kubernetes/cmd/kubeadm "${k8s_ldflags}"
+	build kubeadm k8s.io/kubernetes/cmd/kubeadm 4 "${k8s_ldflags}"
 
 	echo "${bin_dir}"
 }

@@ -25,8 +25,10 @@ func BuildBinary(pkg, out string) error {
 	}
 	cached := filepath.Join(dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
 	if _, err := os.Stat(cached); err != nil {
-		// Built beside and renamed: a binary interrupted mid-build is never taken as done.
-		tmp := cached + ".building"
+		// Built beside and renamed: a binary interrupted mid-build is never taken as done, and
+		// two test processes building it at once (make test runs some packages in parallel)
+		// each rename a whole binary.
+		tmp := fmt.Sprintf("%s.building.%d", cached, os.Getpid())
 		if err := build(pkg, tmp); err != nil {
 			return err
 		}
