@@ -161,6 +161,45 @@ func TestQuiesceNonMember(t *testing.T) {
 	g.Expect(qs.Done).To(BeTrue(), "no Node, nothing to hand over")
 }
 
+// During a kube-vip takeover a machine from before caplb (no agent, outside the membership: it
+// runs kube-vip) leaves only once a caplb member holds the VIP; without the takeover it leaves at
+// once, as any non-member that holds nothing.
+func TestQuiesceKubeVIPMachineWaitsForCaplbHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		takeOver bool
+		holder   string
+		done     bool
+	}{
+		{"no takeover: nothing of caplb's to wait for", false, "", true},
+		{"takeover, nobody of caplb's holds yet: held", true, "", false},
+		{"takeover, a caplb member holds: leaves", true, "n2", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			b, c, lb, clk := quiesceEnv(t)
+			lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: time.Nanosecond}
+			if tc.takeOver {
+				lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
+			}
+			ctx := context.Background()
+			g.Expect(c.Create(ctx, readyNode("old-1"))).To(Succeed())
+			for _, n := range []string{"n1", "n2", "n3"} {
+				setReport(t, c, clk, n, agentv1.AgentStatus{MembershipVersion: 3, Member: true, InDataPlane: true, Holding: n == tc.holder})
+			}
+			m := providers.Member{Name: "old-1", NodeName: "old-1", Address: "10.0.0.21", State: lbv1.TargetRemoving}
+			qs, err := b.Quiesce(ctx, lb, m)
+			g.Expect(err).NotTo(HaveOccurred())
+			if !qs.Done {
+				clk.t = clk.t.Add(time.Second)
+				qs, err = b.Quiesce(ctx, lb, m)
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			g.Expect(qs.Done).To(Equal(tc.done))
+		})
+	}
+}
+
 // Restore removes the quiesce request.
 func TestRestoreRemovesQuiesceRequest(t *testing.T) {
 	g := NewWithT(t)
