@@ -66,6 +66,12 @@ type ClusterOptions struct {
 	// Idle nodes (by index) start without their agent: a test starts it
 	// later (StartAgent), e.g. a machine that joins the control plane.
 	Idle func(node int) bool
+	// AgentArgv, when set, is how StartAgent runs a node's agent (in the
+	// node's namespace) instead of AgentBinary with the lab's own config: a
+	// caller whose agents read a configuration made elsewhere (the Helm
+	// chart's rendered DaemonSet, run by the lab kubelet). AgentBinary, Tune
+	// and AgentVerbosity then do not reach the agent.
+	AgentArgv func(n *Node) []string
 	// NoAgents builds the lab and starts the stand-ins but no agent: the
 	// caller runs another VIP daemon (the ARP bench's keepalived peer).
 	NoAgents bool
@@ -244,8 +250,11 @@ func (c *Cluster) writeConfig(i int, n *Node) error {
 // StartAgent (re)starts the node's agent.
 func (c *Cluster) StartAgent(n *Node) error {
 	n.starts++
-	p, err := n.NS.Start(n.Name+"-agent", []string{c.opts.AgentBinary, "agent", "--config", n.Config,
-		"-v", strconv.Itoa(c.opts.AgentVerbosity)}, nil)
+	argv := []string{c.opts.AgentBinary, "agent", "--config", n.Config, "-v", strconv.Itoa(c.opts.AgentVerbosity)}
+	if c.opts.AgentArgv != nil {
+		argv = c.opts.AgentArgv(n)
+	}
+	p, err := n.NS.Start(n.Name+"-agent", argv, nil)
 	if err != nil {
 		return err
 	}

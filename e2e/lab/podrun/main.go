@@ -2,9 +2,9 @@
 
 // Command podrun is the lab's kubelet for one static pod: it reads a pod manifest from a lab
 // node's root directory (where the node's bootstrap wrote it), builds the container's view —
-// a read-only root holding only the image's binary, plus each hostPath volume bound from the
-// node's root at its mountPath, read-only where the manifest says so — sets the node's
-// hostname, keeps only the capabilities the container asks for, and execs the container's
+// a read-only root holding only the image's binary, plus each hostPath volume (or its subPath)
+// bound from the node's root at its mountPath, read-only where the manifest says so — sets the
+// node's hostname, keeps only the capabilities the container asks for, and execs the container's
 // command. So the lab runs the agent exactly as the rendered manifest describes it, and a
 // manifest that forgets a volume or a capability fails in the lab as on a real node.
 //
@@ -107,6 +107,13 @@ func run(root, rootfs, manifest, hostname string, imgs images) error {
 		src := filepath.Join(root, v.HostPath.Path)
 		if err := checkHostPath(src, v.HostPath); err != nil {
 			return fmt.Errorf("volume %s (%s): %w", m.Name, v.HostPath.Path, err)
+		}
+		if m.SubPath != "" {
+			// As the kubelet: a relative path inside the volume, never out of it.
+			if !filepath.IsLocal(m.SubPath) {
+				return fmt.Errorf("volumeMount %s: subPath %q must be a relative path inside the volume", m.Name, m.SubPath)
+			}
+			src = filepath.Join(src, m.SubPath)
 		}
 		if err := bind(src, filepath.Join(rootfs, m.MountPath), m.ReadOnly, false); err != nil {
 			return err
