@@ -9,6 +9,10 @@ import (
 	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
 )
 
+// MaxGapMiss begins the miss Goals reports for the longest gap, the one goal TestLifecycleReal*
+// leave to the bench.
+const MaxGapMiss = "max gap"
+
 // MaxGapGoalMS is the longest the VIP may go without answering any of the prober's requests
 // through a whole life, on a real control plane (README, docs/benchmarks.md).
 const MaxGapGoalMS = 200
@@ -37,7 +41,7 @@ func Goals(b Backend, api APIServer, r observe.Result, c *clients.Result) []stri
 	if api == Real {
 		holderLessBound = MaxGapGoalMS
 		if r.MaxGapMS >= MaxGapGoalMS {
-			miss("max gap %.1f ms (want < %d ms)", r.MaxGapMS, MaxGapGoalMS)
+			miss(MaxGapMiss+" %.1f ms (want < %d ms)", r.MaxGapMS, MaxGapGoalMS)
 		}
 		switch {
 		case c == nil:
