@@ -52,8 +52,7 @@ var fenceLeaseInMessage = regexp.MustCompile(`\bLease ([a-z0-9][a-z0-9.-]*)/([a-
 // Lease the KubeVIPTakeOver condition names (the field was removed before the fence was); ok is
 // false when lb has neither, and so no fence.
 func fenceKey(lb *lbv1.LoadBalancer) (key client.ObjectKey, ok bool) {
-	if a := lb.Spec.Backend.ARP; a != nil && a.TakeOver != nil && a.TakeOver.KubeVIP != nil {
-		k := a.TakeOver.KubeVIP
+	if k := kubeVIPTakeOver(lb); k != nil {
 		return client.ObjectKey{Namespace: k.EffectiveLeaseNamespace(), Name: k.EffectiveLeaseName()}, true
 	}
 	c := meta.FindStatusCondition(lb.Status.Conditions, lbv1.KubeVIPTakeOverCondition)

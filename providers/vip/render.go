@@ -119,7 +119,7 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 		c.ARP.LoadBalancing = a.LoadBalancing
 		// A takeover: kube-vip keeps the VIP until it lets go (the fence Lease); the agents claim
 		// it only once nobody answers ARP for it.
-		c.ARP.ClaimWhenSilent = a.TakeOver != nil && a.TakeOver.KubeVIP != nil
+		c.ARP.ClaimWhenSilent = kubeVIPTakeOver(lb) != nil
 	}
 	c.Members = append([]agentv1.MemberConfig{}, in.membership.Members...)
 	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}

@@ -40,13 +40,22 @@ type takeOver struct {
 	nodes []string
 }
 
+// kubeVIPTakeOver is lb's spec.backend.arp.takeOver.kubeVIP, nil when lb takes nothing over from
+// kube-vip.
+func kubeVIPTakeOver(lb *lbv1.LoadBalancer) *lbv1.KubeVIPTakeOver {
+	if a := lb.Spec.Backend.ARP; a != nil && a.TakeOver != nil {
+		return a.TakeOver.KubeVIP
+	}
+	return nil
+}
+
 // checkTakeOver judges kube-vip for an arp LoadBalancer with spec.backend.arp.takeOver.kubeVIP,
 // nil for every other. It reads kube-vip's mirror Pods in the workload cluster through the same
 // connection as the Nodes (the ClusterCache, behind the kubeconfig guard) and judges them with
 // kubevip.Check; the condition is Unknown while they cannot be read.
 func (b *Backend) checkTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip string) *takeOver {
-	a := lb.Spec.Backend.ARP
-	if a == nil || a.TakeOver == nil || a.TakeOver.KubeVIP == nil {
+	k := kubeVIPTakeOver(lb)
+	if k == nil {
 		return nil
 	}
 	c, pods, err := b.kubeVIPPods(ctx, lb)
@@ -54,7 +63,7 @@ func (b *Backend) checkTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip 
 		return &takeOver{ready: metav1.Condition{Type: lbv1.KubeVIPTakeOverReadyCondition, Status: metav1.ConditionUnknown,
 			Reason: lbv1.KubeVIPPodsUnreadableReason, Message: err.Error()}}
 	}
-	found, refusal := kubevip.Check(vip, a.TakeOver.KubeVIP, pods)
+	found, refusal := kubevip.Check(vip, k, pods)
 	return &takeOver{ready: kubevip.Condition(found, refusal), live: c, passed: refusal == nil,
 		podsLeft: refusal == nil || refusal.Reason != lbv1.KubeVIPNotFoundReason, nodes: found.Nodes}
 }

@@ -277,7 +277,8 @@ func quiesceReason(s lbv1.TargetState) string {
 // (or its node is down while another member serves the VIP), the drain period has passed since,
 // and — for a member being removed — a membership without it is issued and run by a majority of
 // its members. During a kube-vip takeover a machine outside the membership (one from before
-// caplb, running kube-vip) is done only once a caplb member holds the VIP. Never on a timer alone; the controller bounds the wait with spec.quiesce.timeout.
+// caplb, running kube-vip) is done only once a caplb member holds the VIP. Never on a timer
+// alone; the controller bounds the wait with spec.quiesce.timeout.
 func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m providers.Member) (providers.QuiesceStatus, error) {
 	wait := providers.QuiesceStatus{RequeueAfter: b.pendingPoll()}
 	if m.NodeName == "" {
@@ -318,7 +319,7 @@ func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 		v := vs[m.NodeName]
 		out = !v.reported || v.dead() || !v.status.Holding || v.status.Quiesced
 		why = "it is not a member and does not hold the VIP"
-		if out && takesOverKubeVIP(lb) && vs.holder(cur, m.NodeName) == "" {
+		if out && kubeVIPTakeOver(lb) != nil && vs.holder(cur, m.NodeName) == "" {
 			// A machine from before caplb runs kube-vip, which may still serve the VIP: it
 			// leaves once a caplb member holds it, not while only kube-vip stands between the
 			// clients and an outage (spec.quiesce.timeout bounds the wait).
@@ -348,12 +349,6 @@ func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 	b.quiescedAt.Delete(key)
 	log.V(1).Info("Quiesce confirmed", "why", why)
 	return providers.QuiesceStatus{Done: true}, nil
-}
-
-// takesOverKubeVIP says whether lb takes its VIP over from kube-vip (spec.backend.arp.takeOver.kubeVIP).
-func takesOverKubeVIP(lb *lbv1.LoadBalancer) bool {
-	a := lb.Spec.Backend.ARP
-	return a != nil && a.TakeOver != nil && a.TakeOver.KubeVIP != nil
 }
 
 // Restore implements providers.Backend: removing the quiesce request is enough; Ensure puts the
