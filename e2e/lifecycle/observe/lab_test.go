@@ -101,17 +101,18 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	p.Start(t.Context())
 	defer p.Stop()
 
-	answers := func(node string, since time.Time) func() int {
+	answersOf := func(kind Kind, node string, since time.Time) func() int {
 		return func() int {
 			n := 0
 			for _, s := range p.Samples() {
-				if s.OK && s.Node == node && s.Kind == Fresh && !s.At.Before(since) {
+				if s.OK && s.Node == node && s.Kind == kind && !s.At.Before(since) {
 					n++
 				}
 			}
 			return n
 		}
 	}
+	answers := func(node string, since time.Time) func() int { return answersOf(Fresh, node, since) }
 	streamOn := func(node string, since time.Time) func() bool {
 		return func() bool {
 			for _, s := range p.Samples() {
@@ -127,9 +128,13 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	g.Eventually(answers("n1", time.Time{})).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 50))
 	from := time.Now()
 	// The summary starts here: n1 must be seen answering in it, and the
-	// stream (whose first open failed while nobody held the VIP) must be
-	// open on n1, for the hand-over to have something to interrupt.
+	// stream and the kept-alive connection (whose first attempts failed while
+	// nobody held the VIP; the kept one may still be waiting out its 1 s
+	// timeout) must be open on n1, for the hand-over to have something to
+	// interrupt: a kept-alive connection first made after n2 took the VIP
+	// would never break.
 	g.Eventually(answers("n1", from)).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 5))
+	g.Eventually(answersOf(Kept, "n1", from)).WithTimeout(10*time.Second).Should(BeNumerically(">=", 1), "the kept-alive connection answers from n1")
 	g.Eventually(streamOn("n1", from)).WithTimeout(10 * time.Second).Should(BeTrue())
 
 	rec.Step("hand over to n2")
