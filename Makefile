@@ -43,26 +43,17 @@ check: ## Fail on unformatted code and go vet findings.
 	cd $(CHART_TEST_DIR) && $(GO) vet ./...
 
 # Packages whose tests run no network lab and measure no sub-second timer: make test runs them
-# two at a time first. Every other package (the labs: network namespaces, real packets, failover
-# and hold timers) runs after them one at a time (-p 1), so that its timings are not measured
-# against a concurrent API server or another lab on a 2-core machine. A new package runs with
-# the labs until it is listed here.
+# two at a time, in the background at idle CPU priority, beside the light labs (hack/test.sh says
+# why that leaves the labs' timings alone). A new package runs with the labs until it is listed here.
 PARALLEL_TEST_PKGS := ./api/... ./cmd/... ./config/... ./controllers/... ./providers/... ./hack/... \
 	./internal/... ./templates/... ./e2e/integration ./e2e/install ./e2e/templates ./e2e/envtest \
 	./e2e/harness ./e2e/testinfra ./e2e/testpki ./e2e/bench/controller ./e2e/bench/rollout \
 	./e2e/lifecycle/observe/clients
+# Labs that boot real control planes or whole lifecycles (load 15 on 2 cores while a member
+# boots): make test runs them last, one at a time, with nothing beside them.
+SOLO_TEST_PKGS := ./e2e/lab/kubeadm ./e2e/realcp ./e2e/lifecycle
 
-# CAPLB_LAB_BINDIR: the labs build each binary they run once per run and share it (e2e/lab/build.go).
 test: check $(TEST_DEPS) ## Run unit, integration and (as root) network-lab tests.
-	@bindir=$$(mktemp -d "$${TMPDIR:-/tmp}/caplb-labbin-XXXXXX") && trap 'rm -rf "$$bindir"' EXIT && \
-	  export CAPLB_LAB_BINDIR="$$bindir" && \
-	  parallel=$$($(GO) list $(PARALLEL_TEST_PKGS)) && \
-	  labs=$$($(GO) list ./... | grep -vxF "$$parallel") && \
-	  echo "go test, step 1 of 4: $$(echo "$$parallel" | wc -l) packages without network labs, two at a time" && \
-	  $(GO) test -count=1 -p 2 -timeout 20m $(GOTEST_FLAGS) $$parallel && \
-	  echo "go test, step 2 of 4: $$(echo "$$labs" | wc -l) packages with network labs, one at a time (lab binaries built once into $$bindir)" && \
-	  $(GO) test -count=1 -p 1 -timeout 40m $(GOTEST_FLAGS) $$labs && \
-	  echo "go test, step 3 of 4: $(RULETEST_DIR)/... (its own module)" && \
-	  (cd $(RULETEST_DIR) && $(GO) test -count=1 -timeout 10m $(GOTEST_FLAGS) ./...) && \
-	  echo "go test, step 4 of 4: $(CHART_TEST_DIR)/... (its own module)" && \
-	  cd $(CHART_TEST_DIR) && $(GO) test -count=1 -timeout 10m $(GOTEST_FLAGS) ./...
+	@GO='$(GO)' GOTEST_FLAGS='$(GOTEST_FLAGS)' PARALLEL_TEST_PKGS='$(PARALLEL_TEST_PKGS)' \
+	  SOLO_TEST_PKGS='$(SOLO_TEST_PKGS)' RULETEST_DIR='$(RULETEST_DIR)' CHART_TEST_DIR='$(CHART_TEST_DIR)' \
+	  hack/test.sh
