@@ -32,6 +32,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # runs cleanup: the background step stops with this script
 # The labs build each binary they run once per run and share it (e2e/lab/build.go).
 export CAPLB_LAB_BINDIR="$work/bin"
 mkdir -p "$CAPLB_LAB_BINDIR"

@@ -75,10 +75,6 @@ type ClusterOptions struct {
 	// NoAgents builds the lab and starts the stand-ins but no agent: the
 	// caller runs another VIP daemon (the ARP bench's keepalived peer).
 	NoAgents bool
-	// OwnCPU gives each node one CPU cgroup of its own (lab.Netns.OwnCPU) before anything
-	// starts in it: a node competes for the cores as one machine, and its agent shares its
-	// node's share with whatever else runs there (the starvation lab's busy loops).
-	OwnCPU bool
 	// Forwarding turns IP forwarding on in the nodes, as on every kubeadm
 	// node (its preflight requires net.ipv4.ip_forward=1): the spread mode
 	// forwards through the VIP holder. Off by default, which keeps the
@@ -178,11 +174,6 @@ func StartCluster(l *lab.Lab, opts ClusterOptions) (*Cluster, error) {
 		}
 		if n.nl, err = n.NS.Netlink(); err != nil {
 			return nil, err
-		}
-		if opts.OwnCPU {
-			if err := n.NS.OwnCPU(); err != nil {
-				return nil, err
-			}
 		}
 		if opts.Forwarding {
 			if _, err := n.NS.Run(context.Background(), "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
