@@ -60,10 +60,13 @@ func testControlPlanePublication(t *testing.T, s *suite) {
 		g.Expect(host).To(BeEmpty(), "published to a control plane that does not name the LoadBalancer")
 	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 
-	// Now it names the LoadBalancer: the endpoint follows.
-	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "cp"}, cp)).To(Succeed())
-	g.Expect(unstructured.SetNestedStringMap(cp.Object, map[string]string{"name": "lb"}, "spec", "loadBalancerRef")).To(Succeed())
-	g.Expect(s.env.Client.Update(f.ctx, cp)).To(Succeed())
+	// Now it names the LoadBalancer: the endpoint follows. CAPI's Cluster reconciler may write
+	// the object too (its owner reference), so the update is retried on a conflict.
+	g.Eventually(func(g Gomega) {
+		g.Expect(s.env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "cp"}, cp)).To(Succeed())
+		g.Expect(unstructured.SetNestedStringMap(cp.Object, map[string]string{"name": "lb"}, "spec", "loadBalancerRef")).To(Succeed())
+		g.Expect(s.env.Client.Update(f.ctx, cp)).To(Succeed())
+	}, flowTimeout).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		host, port := endpointOf(g)
 		g.Expect(host).To(Equal("api.example.com"))
