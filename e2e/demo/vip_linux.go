@@ -68,8 +68,8 @@ func runVIP(ctx context.Context, tl *timeline) (err error) {
 	}
 	r := obs.Result
 	if c := obs.Clients; c != nil {
-		tl.seen("client-go through the VIP: %d writes, %d failed; the informer lost %d events (%d relists); the leader-elected loop lost its Lease %d time(s)",
-			c.Writes, c.FailedWrites, c.LostEvents, c.Relists, c.LeaderLosses)
+		tl.seen("client-go through the VIP: %d writes, %d failed, %d refused by etcd in a membership change; the informer lost %d events (%d relists); the leader-elected loop lost its Lease %d time(s)",
+			c.Writes, c.FailedWrites, c.EtcdRefusals, c.LostEvents, c.Relists, c.LeaderLosses)
 	}
 	// The demo judges by the same goals as TestLifecycleReal* and make bench-rollout: a run
 	// that misses one says FAIL and exits non-zero, whatever else went well.

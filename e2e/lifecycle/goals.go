@@ -21,7 +21,9 @@ const MaxGapGoalMS = 200
 // missed (none: every goal met). make demo and make bench-rollout judge by it; TestLifecycleReal*
 // asserts each goal but the longest gap (still over 200 ms on loaded CI machines: docs/benchmarks.md).
 //
-// On a real control plane: no failed request, no failed client-go write, no lost informer event
+// On a real control plane: no failed request, no failed client-go write (an API server's answer
+// carrying its etcd's refusal crossed the VIP and is no failed write, but each must come with a
+// change of the etcd membership: etcdrefusal.go), no lost informer event
 // (relists are reported beside it: one follows a watch whose API server left, and the writes it
 // coalesced must still reach the store), no leader loss, the prober's
 // longest gap under MaxGapGoalMS, and the VIP never without a holder for as long; behind ARP
@@ -49,6 +51,10 @@ func Goals(b Backend, api APIServer, r observe.Result, c *clients.Result) []stri
 		default:
 			if c.FailedWrites > 0 {
 				miss("%d of %d client-go writes failed (want 0): %s", c.FailedWrites, c.Writes, c.FirstFailure)
+			}
+			if c.EtcdRefusalsUnexplained > 0 {
+				miss("%d of %d etcd refusals came with no etcd membership change (want 0): %s",
+					c.EtcdRefusalsUnexplained, c.EtcdRefusals, c.FirstEtcdRefusal)
 			}
 			if c.LostEvents > 0 {
 				miss("%d informer events lost (want 0)", c.LostEvents)

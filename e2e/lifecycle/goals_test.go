@@ -21,18 +21,28 @@ func TestGoals(t *testing.T) {
 		name    string
 		backend Backend
 		r       observe.Result
-		want    []string // prefixes of the misses, in order
+		c       *clients.Result // default good
+		want    []string        // prefixes of the misses, in order
 	}{
-		{"all met", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(0)}, nil},
-		{"only the gap", ARP, observe.Result{MaxGapMS: 340, HolderLessMSMax: ms(0)}, []string{MaxGapMiss}},
-		{"BGP without an announcer", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(250)}, []string{"the VIP had no holder"}},
-		{"holders never sampled", BGP, observe.Result{MaxGapMS: 150}, []string{"the VIP's holders were never sampled"}},
+		{"all met", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(0)}, nil, nil},
+		{"only the gap", ARP, observe.Result{MaxGapMS: 340, HolderLessMSMax: ms(0)}, nil, []string{MaxGapMiss}},
+		{"BGP without an announcer", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(250)}, nil, []string{"the VIP had no holder"}},
+		{"holders never sampled", BGP, observe.Result{MaxGapMS: 150}, nil, []string{"the VIP's holders were never sampled"}},
 		{"ARP spurious claim", ARP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(0), SpuriousClaims: []string{"+1s n2 beside [n1]"}},
-			[]string{"1 spurious claims"}},
+			nil, []string{"1 spurious claims"}},
+		{"a failed write", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(0)},
+			&clients.Result{Writes: 900, StoreMatches: true, FailedWrites: 1, FirstFailure: "connection reset by peer"}, []string{"1 of 900 client-go writes failed"}},
+		{"etcd refusals a membership change explains", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(0)},
+			&clients.Result{Writes: 900, StoreMatches: true, EtcdRefusals: 2}, nil},
+		{"an etcd refusal nothing explains", BGP, observe.Result{MaxGapMS: 150, HolderLessMSMax: ms(0)},
+			&clients.Result{Writes: 900, StoreMatches: true, EtcdRefusals: 2, EtcdRefusalsUnexplained: 1}, []string{"1 of 2 etcd refusals came with no etcd membership change"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			c := good
+			if tc.c != nil {
+				c = *tc.c
+			}
 			missed := Goals(tc.backend, Real, tc.r, &c)
 			g.Expect(missed).To(HaveLen(len(tc.want)), "%q", missed)
 			for i, p := range tc.want {

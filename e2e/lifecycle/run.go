@@ -99,6 +99,9 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	out.Input.Backend = string(l.opts.Backend)
 	out.Input.Timeline = rec.Timeline()
 	out.Result = observe.Summarize(out.Input)
+	if out.Clients != nil {
+		out.Clients.EtcdRefusalsUnexplained = len(unexplainedEtcdRefusals(out.Clients.EtcdRefusedAt, out.Input.Timeline.Etcd))
+	}
 	if l.opts.Backend == BGP {
 		// Several next hops are BGP's normal state (ECMP), not two owners, and a new member
 		// joining them is no claim against anyone.

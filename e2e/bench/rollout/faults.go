@@ -177,8 +177,8 @@ func window(ctx context.Context) error {
 }
 
 func clientLine(r clients.Result) string {
-	return fmt.Sprintf("%d writes, %d failed, %d lost events, %d relists, %d leader losses, %d streams reset",
-		r.Writes, r.FailedWrites, r.LostEvents, r.Relists, r.LeaderLosses, r.StreamsReset)
+	return fmt.Sprintf("%d writes, %d failed, %d refused by etcd, %d lost events, %d relists, %d leader losses, %d streams reset",
+		r.Writes, r.FailedWrites, r.EtcdRefusals, r.LostEvents, r.Relists, r.LeaderLosses, r.StreamsReset)
 }
 
 // pollErr calls fn every 200 ms until it succeeds or timeout passes.

@@ -56,6 +56,8 @@ func percentile(sorted []float64, p float64) float64 {
 type clientTotals struct {
 	Writes       int `json:"writes"`
 	FailedWrites int `json:"failed_requests"`
+	// EtcdRefusals: writes an API server answered with its etcd's refusal (clients.Result).
+	EtcdRefusals int `json:"etcd_refusals"`
 	LostEvents   int `json:"informer_lost_events"`
 	LeaderLosses int `json:"leader_losses"`
 	Relists      int `json:"relists"`
@@ -67,6 +69,7 @@ type clientTotals struct {
 func (t *clientTotals) add(r clients.Result) {
 	t.Writes += r.Writes
 	t.FailedWrites += r.FailedWrites
+	t.EtcdRefusals += r.EtcdRefusals
 	t.LostEvents += r.LostEvents
 	t.LeaderLosses += r.LeaderLosses
 	t.Relists += r.Relists
@@ -79,7 +82,7 @@ func (t *clientTotals) add(r clients.Result) {
 // trialClients is a trial's client-go result without the failures' timestamps (the counts are
 // the figure; the JSON stays readable).
 func trialClients(r clients.Result) clients.Result {
-	r.FailedAt = nil
+	r.FailedAt, r.EtcdRefusedAt = nil, nil
 	return r
 }
 

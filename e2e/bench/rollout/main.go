@@ -197,8 +197,8 @@ func runOne(b lifecycle.Backend, api lifecycle.APIServer, bins lifecycle.Binarie
 	}
 	_ = observe.Print(os.Stdout, obs.Result)
 	if c := obs.Clients; c != nil {
-		fmt.Printf("  client-go        %d writes, %d failed, %d informer events lost, %d relists, leader lost %d time(s), %d streams reset\n",
-			c.Writes, c.FailedWrites, c.LostEvents, c.Relists, c.LeaderLosses, c.StreamsReset)
+		fmt.Printf("  client-go        %d writes, %d failed, %d refused by etcd (%d unexplained), %d informer events lost, %d relists, leader lost %d time(s), %d streams reset\n",
+			c.Writes, c.FailedWrites, c.EtcdRefusals, c.EtcdRefusalsUnexplained, c.LostEvents, c.Relists, c.LeaderLosses, c.StreamsReset)
 	}
 	if runErr != nil {
 		fmt.Println(l.LogTail(30))

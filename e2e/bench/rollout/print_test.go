@@ -25,7 +25,7 @@ func TestPrintFaults(t *testing.T) {
 	g.Expect(b.String()).To(SatisfyAll(
 		ContainSubstring("hard_kill (1 trials)"),
 		MatchRegexp(`new connection answered after kill \(ms\)\s+301\s+301\s+301\s+p99 < 1000`),
-		MatchRegexp(`client-go writes / failed\s+7 / 2`),
+		MatchRegexp(`client-go writes / failed / etcd refused\s+7 / 2 / 0`),
 		ContainSubstring("quorum_loss (1 trials"),
 		MatchRegexp(`leader losses\s+1\s+expected 1: etcd down > renew deadline`),
 		MatchRegexp(`API server answered at the VIP \(super-admin\)\s+1 of 1`),

@@ -53,6 +53,17 @@ type Result struct {
 	// write returned (to set beside the timeline).
 	FirstFailure string      `json:"first_failure,omitempty"`
 	FailedAt     []time.Time `json:"failed_at,omitempty"`
+	// EtcdRefusals are writes an API server answered, through the endpoint, with its etcd's
+	// refusal (etcdRefusal): the request and its answer crossed the endpoint, so they are not
+	// FailedWrites, and are reported apart with when each returned. A lab judges them against
+	// its etcd membership (a proposal forwarded while the leader moves or a member leaves is
+	// dropped by raft and times out: etcd's behaviour under KCP's own steps).
+	EtcdRefusals     int         `json:"etcd_refusals"`
+	FirstEtcdRefusal string      `json:"first_etcd_refusal,omitempty"`
+	EtcdRefusedAt    []time.Time `json:"etcd_refused_at,omitempty"`
+	// EtcdRefusalsUnexplained are the refusals no change of the etcd membership explains; the
+	// lab that reads the membership sets it (the clients cannot), and a life's goals miss on any.
+	EtcdRefusalsUnexplained int `json:"etcd_refusals_unexplained"`
 }
 
 // Run is the clients at work.
@@ -207,6 +218,14 @@ func (r *Run) result() Result {
 		res.StreamsReset = res.Connections - 1
 	}
 	for _, w := range writes {
+		if w.err != nil && etcdRefusal(w.err) {
+			res.EtcdRefusals++
+			res.EtcdRefusedAt = append(res.EtcdRefusedAt, w.at)
+			if res.FirstEtcdRefusal == "" {
+				res.FirstEtcdRefusal = w.err.Error()
+			}
+			continue
+		}
 		if w.err != nil {
 			res.FailedWrites++
 			res.FailedAt = append(res.FailedAt, w.at)
