@@ -24,7 +24,8 @@ import (
 // whose RST fails the requests in flight. Each member sends the others the list of flows it
 // terminates; a member then sends on the packets of another's flow to it (the data plane's
 // SetForeignFlows). A member that dies takes its flows' entries with it: the RST is then the
-// fastest news for its clients.
+// fastest news for its clients; one that gossip only declared dead (starved of CPU) keeps them
+// (sharingPeers).
 const (
 	// flowShareInterval: how often the local flows are read and, if changed, sent. A flow
 	// started less than this before a rehash and moved by it is not known to the others yet:
@@ -39,7 +40,12 @@ const (
 type flowPeers interface {
 	View() election.View
 	Changed() <-chan struct{}
-	Send(to string, payload []byte) error
+	// SendDeparted sends to an alive node, or to one gossip declared dead at the address it
+	// had (a starved member: sharingPeers).
+	SendDeparted(to string, payload []byte) error
+	// Answers are a member's answers to the direct pings and handshakes of every probe
+	// interval: they tell a member starved of CPU from a gone one.
+	Answers(name string) election.Answers
 }
 
 // peerFlows is the last list a member sent.
@@ -62,6 +68,13 @@ type flowShare struct {
 	log    logr.Logger
 	addrOf func(election.MemberView) netip.Addr
 	in     chan inboundFlows
+	// probeInterval is the election's (Answers are judged by it); hold how long a peer gossip
+	// declared dead stays a peer here (starvedPeerHold; tests shorten it).
+	probeInterval time.Duration
+	hold          time.Duration
+	// lastAddr is every peer's last address; downSince when gossip declared it dead.
+	lastAddr  map[string]netip.Addr
+	downSince map[string]time.Time
 
 	known        map[string]peerFlows
 	applied      map[flows.Flow]netip.Addr
@@ -75,11 +88,12 @@ type flowShare struct {
 	mailboxes atomic.Int64
 }
 
-func newFlowShare(dp dataplane.FlowSharer, self string, log logr.Logger, addrOf func(election.MemberView) netip.Addr) *flowShare {
+func newFlowShare(dp dataplane.FlowSharer, self string, log logr.Logger, addrOf func(election.MemberView) netip.Addr, probeInterval time.Duration) *flowShare {
 	return &flowShare{
-		dp: dp, self: self, log: log, addrOf: addrOf,
+		dp: dp, self: self, log: log, addrOf: addrOf, probeInterval: probeInterval, hold: starvedPeerHold,
 		in:    make(chan inboundFlows, 64),
 		known: map[string]peerFlows{}, boxes: map[string]*mailbox{},
+		lastAddr: map[string]netip.Addr{}, downSince: map[string]time.Time{},
 	}
 }
 
@@ -174,10 +188,10 @@ func owners(known map[string]peerFlows, alive map[string]netip.Addr, local []flo
 }
 
 func (f *flowShare) apply() {
-	alive := f.alivePeers(f.peers.View())
+	alive := f.sharingPeers(f.peers.View(), time.Now())
 	for name := range f.known {
 		if _, ok := alive[name]; !ok {
-			delete(f.known, name) // dead or gone: its flows reset here, the fastest news
+			delete(f.known, name) // gone: its flows reset here, the fastest news
 		}
 	}
 	want := owners(f.known, alive, f.sent)
@@ -216,7 +230,7 @@ func (f *flowShare) publish(ctx context.Context, now time.Time) {
 		return
 	}
 	f.listErr = false
-	alive := f.alivePeers(f.peers.View())
+	alive := f.sharingPeers(f.peers.View(), now)
 	changed := !slices.Equal(local, f.sent) || now.Sub(f.sentAt) >= flowShareRefresh
 	for name, box := range f.boxes {
 		if _, ok := alive[name]; !ok {
@@ -236,7 +250,7 @@ func (f *flowShare) publish(ctx context.Context, now time.Time) {
 			f.mailboxes.Add(1)
 			go func() {
 				defer f.mailboxes.Add(-1)
-				box.deliver(bctx, func(b []byte) error { return f.peers.Send(name, b) }, f.log.WithValues("to", name))
+				box.deliver(bctx, func(b []byte) error { return f.peers.SendDeparted(name, b) }, f.log.WithValues("to", name))
 			}()
 		}
 		if !changed && box.had() {
@@ -319,7 +333,7 @@ func startFlowSharing(cfg *agentv1.AgentConfiguration, store *memberStore, log l
 		return nil, nil, fmt.Errorf("bgp.flowSharing: %w", err)
 	}
 	r := rules{cfg: cfg}
-	share := newFlowShare(nil, cfg.NodeName, log.WithName("flowshare"), r.memberAddress)
+	share := newFlowShare(nil, cfg.NodeName, log.WithName("flowshare"), r.memberAddress, cfg.Election.ProbeInterval.Duration)
 	ecfg.OnMessage = share.receive
 	ecfg.OnMembership = func(r election.Roster) { store.offer(r.Document(), "gossip") }
 	ml, err := election.Start(ecfg, election.Meta{ConfigDigest: cfg.Digest()}, log.WithName("flowshare").WithName("gossip"))

@@ -54,6 +54,23 @@ type fakeFlowPeers struct {
 	view    election.View
 	changed chan struct{}
 	sent    map[string][][]byte
+	answers map[string]election.Answers
+}
+
+func (p *fakeFlowPeers) Answers(name string) election.Answers {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answers[name]
+}
+
+func (p *fakeFlowPeers) setAnswers(name string, a election.Answers) {
+	p.mu.Lock()
+	if p.answers == nil {
+		p.answers = map[string]election.Answers{}
+	}
+	p.answers[name] = a
+	p.mu.Unlock()
+	p.changed <- struct{}{}
 }
 
 func (p *fakeFlowPeers) View() election.View {
@@ -62,7 +79,7 @@ func (p *fakeFlowPeers) View() election.View {
 	return p.view
 }
 func (p *fakeFlowPeers) Changed() <-chan struct{} { return p.changed }
-func (p *fakeFlowPeers) Send(to string, b []byte) error {
+func (p *fakeFlowPeers) SendDeparted(to string, b []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sent[to] = append(p.sent[to], b)
@@ -94,12 +111,16 @@ func (p *fakeFlowPeers) received(to string) [][]flows.Flow {
 	return out
 }
 
+// testProbe is the election's probe interval in these tests.
+const testProbe = 100 * time.Millisecond
+
 func testFlow(client string) flows.Flow {
 	return flows.Flow{Client: netip.MustParseAddrPort(client), Service: netip.MustParseAddrPort("10.0.0.100:6443")}
 }
 
 // TestFlowShare: the node's flows reach every alive peer (again only when they change), the
-// peers' lists become forwarding to their addresses, and a peer that dies takes its flows out.
+// peers' lists become forwarding to their addresses, and a peer that dies takes its flows out
+// once its direct contact says it is gone (gossip's dead verdict alone does not).
 func TestFlowShare(t *testing.T) {
 	g := NewWithT(t)
 	a2, a3 := netip.MustParseAddr("10.44.0.12"), netip.MustParseAddr("10.44.0.13")
@@ -112,7 +133,7 @@ func TestFlowShare(t *testing.T) {
 	}}
 	mine := []flows.Flow{testFlow("10.20.0.2:40000")}
 	dp := &fakeFlowDP{local: mine}
-	fs := newFlowShare(dp, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address })
+	fs := newFlowShare(dp, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address }, testProbe)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); fs.run(ctx, peers) }()
@@ -134,9 +155,17 @@ func TestFlowShare(t *testing.T) {
 
 	g.Expect(dp.lastPeers()).To(Equal([]netip.Addr{a2, a3}), "held segments are copied to the alive peers")
 
+	// m3 is declared dead by gossip while its kernel still completes handshakes (starved):
+	// its flows stay; once its answers say it is gone they are reset here.
+	peers.setAnswers("m3", election.Answers{Last: time.Now(), Listening: time.Now()})
 	peers.setAlive("m3", false)
+	g.Consistently(dp.last, 5*flowShareInterval, 20*time.Millisecond).
+		Should(Equal(map[flows.Flow]netip.Addr{f2: a2, f3: a3}), "a member declared dead but not gone keeps its flows")
+	g.Expect(dp.lastPeers()).To(Equal([]netip.Addr{a2, a3}))
+	gone := time.Now().Add(-time.Second)
+	peers.setAnswers("m3", election.Answers{Last: gone, Listening: gone, Unanswered: time.Now()})
 	g.Eventually(dp.last, 2*time.Second, 10*time.Millisecond).
-		Should(Equal(map[flows.Flow]netip.Addr{f2: a2}), "a dead member's flows are reset here, not forwarded")
+		Should(Equal(map[flows.Flow]netip.Addr{f2: a2}), "a gone member's flows are reset here, not forwarded")
 	g.Expect(dp.lastPeers()).To(Equal([]netip.Addr{a2}))
 
 	more := []flows.Flow{testFlow("10.20.0.2:40000"), testFlow("10.20.0.2:40001")}
@@ -176,7 +205,8 @@ func TestFlowShareEndsMailboxOfDeparted(t *testing.T) {
 		},
 	}}
 	mine := []flows.Flow{testFlow("10.20.0.2:40000")}
-	fs := newFlowShare(&fakeFlowDP{local: mine}, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address })
+	fs := newFlowShare(&fakeFlowDP{local: mine}, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address }, testProbe)
+	fs.hold = 200 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); fs.run(ctx, peers) }()
@@ -192,4 +222,46 @@ func TestFlowShareEndsMailboxOfDeparted(t *testing.T) {
 	cancel()
 	<-done
 	g.Eventually(fs.mailboxes.Load, 2*time.Second, 10*time.Millisecond).Should(BeZero(), "every goroutine ends with sharing")
+}
+
+// A peer gossip declared dead keeps its flows while nothing says it is gone, for the hold at
+// most: a member never heard on direct pings, or a node outside the roster (a removed member
+// draining), is not pinged, and the hold bounds how long its clients' segments go to it.
+func TestFlowShareHoldsADeadVerdict(t *testing.T) {
+	g := NewWithT(t)
+	a2 := netip.MustParseAddr("10.44.0.12")
+	a9 := netip.MustParseAddr("10.44.0.19")
+	peers := &fakeFlowPeers{changed: make(chan struct{}, 1), sent: map[string][][]byte{}, view: election.View{
+		Self: "m1", Members: []election.MemberView{
+			{Name: "m1", Alive: true, Address: netip.MustParseAddr("10.44.0.11")},
+			{Name: "m2", Alive: true, Address: a2},
+		},
+		Others: []election.MemberView{{Name: "old", Alive: true, Address: a9}},
+	}}
+	dp := &fakeFlowDP{}
+	fs := newFlowShare(dp, "m1", logr.Discard(), func(m election.MemberView) netip.Addr { return m.Address }, testProbe)
+	fs.hold = time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fs.run(ctx, peers) }()
+	defer func() { cancel(); <-done }()
+
+	f2, f9 := testFlow("10.20.0.2:41000"), testFlow("10.20.0.2:49000")
+	fs.receive("m2", flows.Encode([]flows.Flow{f2}))
+	fs.receive("old", flows.Encode([]flows.Flow{f9}))
+	g.Eventually(dp.last, 2*time.Second, 10*time.Millisecond).Should(Equal(map[flows.Flow]netip.Addr{f2: a2, f9: a9}))
+
+	// Both declared dead at once; the old member leaves the view altogether.
+	peers.mu.Lock()
+	peers.view.Members[1].Alive = false
+	peers.view.Others = nil
+	peers.mu.Unlock()
+	deadAt := time.Now()
+	peers.changed <- struct{}{}
+	// A list sent meanwhile is still taken (the member still serves and lists).
+	f2b := testFlow("10.20.0.2:41001")
+	fs.receive("m2", flows.Encode([]flows.Flow{f2, f2b}))
+	g.Eventually(dp.last, 500*time.Millisecond, 10*time.Millisecond).Should(Equal(map[flows.Flow]netip.Addr{f2: a2, f2b: a2, f9: a9}))
+	g.Eventually(dp.last, 3*time.Second, 10*time.Millisecond).Should(BeEmpty(), "after the hold both are dropped")
+	g.Expect(time.Since(deadAt)).To(BeNumerically(">=", fs.hold), "not before the hold")
 }

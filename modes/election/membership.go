@@ -98,6 +98,12 @@ type Membership struct {
 	// copied: the *memberlist.Node values memberlist hands out are
 	// mutated under its own lock, so reading them later would race.
 	peers map[string]peer
+	// departed: where each node memberlist last declared dead or left was
+	// (its last peer entry). A member starved of CPU is declared dead while
+	// it still serves: its user messages are still taken from that address
+	// (the gossip key authenticates; the address binds the name), and a
+	// consumer may still send to it (SendDeparted).
+	departed map[string]peer
 	// lastHolder is the other member whose gossip last said it holds the
 	// VIP, kept when it dies (View.LastHolder), also once this member
 	// claimed (the previous owner drains, and may be starved meanwhile);
@@ -147,6 +153,7 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		roster:      Roster{Version: cfg.Version, Members: append([]Member(nil), cfg.Members...)},
 		seen:        map[string]bool{cfg.Self: true},
 		peers:       map[string]peer{},
+		departed:    map[string]peer{},
 		base:        time.Now(),
 		metaUpdates: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -326,9 +333,16 @@ func (e *events) record(n *memberlist.Node, ev nodeEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ev == nodeLeft {
+		if p, ok := e.peers[n.Name]; ok {
+			if e.departed == nil {
+				e.departed = map[string]peer{}
+			}
+			e.departed[n.Name] = peer{addr: p.addr, port: p.port}
+		}
 		delete(e.peers, n.Name)
 		return
 	}
+	delete(e.departed, n.Name)
 	p := peer{meta: append([]byte(nil), n.Meta...)}
 	a, _ := netip.AddrFromSlice(n.Addr)
 	p.addr, p.port = a.Unmap(), n.Port

@@ -26,14 +26,34 @@ const maxUserMessage = 4 << 20
 // Send delivers payload to the alive member named to (OnMessage on its side). It blocks for
 // one TCP exchange, at most the membership's TCP timeout.
 func (m *Membership) Send(to string, payload []byte) error {
-	if len(payload) > maxUserMessage {
-		return fmt.Errorf("election: message to %s is %d bytes, more than %d", to, len(payload), maxUserMessage)
-	}
 	m.mu.Lock()
 	p, ok := m.peers[to]
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("election: %s is not alive", to)
+	}
+	return m.send(to, p, payload)
+}
+
+// SendDeparted is Send to a node memberlist declared dead or left, at the address it had: a
+// member starved of CPU is declared dead while it still serves, and its peers may still need
+// to reach it (flow sharing). Alive nodes are sent to as by Send.
+func (m *Membership) SendDeparted(to string, payload []byte) error {
+	m.mu.Lock()
+	p, ok := m.peers[to]
+	if !ok {
+		p, ok = m.departed[to]
+	}
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("election: %s was never seen", to)
+	}
+	return m.send(to, p, payload)
+}
+
+func (m *Membership) send(to string, p peer, payload []byte) error {
+	if len(payload) > maxUserMessage {
+		return fmt.Errorf("election: message to %s is %d bytes, more than %d", to, len(payload), maxUserMessage)
 	}
 	body, err := m.seal(append(append([]byte{byte(len(m.cfg.Self))}, m.cfg.Self...), payload...))
 	if err != nil {
@@ -88,10 +108,15 @@ func (m *Membership) receiveUser(c net.Conn, r *bufio.Reader) {
 	remote, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 	m.mu.Lock()
 	p, alive := m.peers[from]
+	if !alive {
+		// Declared dead (a member starved of CPU is, while it still serves): taken from the
+		// address it had.
+		p, alive = m.departed[from]
+	}
 	m.mu.Unlock()
 	if !alive || p.addr != remote.Addr().Unmap() {
 		m.log.Info("dropped a user message whose sender is not the member it names",
-			"claims", from, "remote", remote.Addr().String(), "memberAlive", alive)
+			"claims", from, "remote", remote.Addr().String(), "memberKnown", alive)
 		return
 	}
 	if m.cfg.OnMessage != nil {

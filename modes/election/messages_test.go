@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/hashicorp/memberlist"
 	. "github.com/onsi/gomega"
 )
 
@@ -152,4 +153,46 @@ func TestUserMessageSenderIsBound(t *testing.T) {
 	g.Eventually(received, 5*time.Second, 10*time.Millisecond).Should(ContainElement(got{"m3", "mine"}))
 	g.Consistently(received, 300*time.Millisecond, 20*time.Millisecond).Should(Equal([]got{{"m3", "mine"}}),
 		"neither the forged sender nor the foreign key got through")
+}
+
+// A member memberlist declared dead while it still serves (starved of CPU: its acks came too
+// late) is still heard from, and still reached, at the address it had; the address still binds
+// its name: another key holder cannot speak for it.
+func TestUserMessagesOfAMemberDeclaredDead(t *testing.T) {
+	g := NewWithT(t)
+	ms, all := startMessaging(t, g, "lb")
+	port := ms[0].cfg.Port
+	// m2 (and only m2) declares m1 dead, as memberlist's events would.
+	(*events)(ms[1]).record(&memberlist.Node{Name: "m1"}, nodeLeft)
+	g.Expect(ms[1].View().Members[0]).To(HaveField("Alive", BeFalse()), "m2 sees m1 dead")
+	inbox := func(to string) []got {
+		var out []got
+		for _, r := range all() {
+			if r.to == to {
+				out = append(out, got{r.from, r.payload})
+			}
+		}
+		return out
+	}
+	g.Expect(ms[0].Send("m2", []byte("still here"))).To(Succeed())
+	g.Eventually(func() []got { return inbox("m2") }, 5*time.Second, 10*time.Millisecond).Should(ContainElement(got{"m1", "still here"}))
+
+	g.Expect(ms[1].Send("m1", []byte("x"))).To(MatchError(ContainSubstring("m1 is not alive")), "Send keeps to the alive")
+	g.Expect(ms[1].SendDeparted("m1", []byte("to the departed"))).To(Succeed())
+	g.Eventually(func() []got { return inbox("m1") }, 5*time.Second, 10*time.Millisecond).Should(ContainElement(got{"m2", "to the departed"}))
+	g.Expect(ms[1].SendDeparted("nobody", []byte("x"))).To(MatchError(ContainSubstring("nobody was never seen")))
+
+	// m3, with the key, speaks as the departed m1 from its own address: dropped.
+	body, err := ms[2].seal(append([]byte{2}, "m1forged"...))
+	g.Expect(err).NotTo(HaveOccurred())
+	frame := append(append([]byte(nil), userStreamMagic...), byte(len(body)>>24), byte(len(body)>>16), byte(len(body)>>8), byte(len(body)))
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}
+	c, err := d.Dial("tcp", net.JoinHostPort("127.0.0.2", fmt.Sprint(port)))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Write(append(frame, body...))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Close()).To(Succeed())
+	g.Expect(ms[2].Send("m2", []byte("after the forgery"))).To(Succeed())
+	g.Eventually(func() []got { return inbox("m2") }, 5*time.Second, 10*time.Millisecond).Should(ContainElement(got{"m3", "after the forgery"}))
+	g.Consistently(func() []got { return inbox("m2") }, 300*time.Millisecond, 20*time.Millisecond).ShouldNot(ContainElement(got{"m1", "forged"}))
 }
