@@ -30,8 +30,14 @@ bin_dir="${cache_root}/testbin/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"
 
 log() { echo "testbin: $*" >&2; }
 
+# kube-vip, the system caplb takes a VIP over from (e2e/lifecycle's takeover lab): built from its
+# own module at these versions (its go.mod pins its dependencies), the
+# v0.x line CAPV's templates ship and the newest v1.x the module proxy served on 2026-11-29.
+# Keep in sync with KubeVIPOldVersion and KubeVIPNewVersion in e2e/envtest (TestVersionsInSync).
+KUBE_VIP_VERSIONS=(v0.9.1 v1.2.2)
+
 # steps is how many binaries main builds; step counts them as build goes.
-steps=3
+steps=$((3 + ${#KUBE_VIP_VERSIONS[@]}))
 step=0
 
 # heartbeat NAME MINUTES: a line a minute while NAME builds, so a cold build (nothing on screen
@@ -55,7 +61,7 @@ build() {
 	fi
 	local tmp="${bin_dir}/.${name}.tmp.$$"
 	log "[${step}/${steps}] building ${name} from ${pkg} (cold: about ${estimate} min on 2 cores; built once, then cached in ${bin_dir})"
-	heartbeat "${name}" "${estimate}" &
+	heartbeat "${name}" "${estimate}" 9>&- &
 	local beat=$!
 	# shellcheck disable=SC2064 # expand now: the trap must remove this tmp and stop this heartbeat.
 	trap "rm -f '${tmp}'; kill ${beat} 2>/dev/null" EXIT
@@ -70,6 +76,42 @@ build() {
 	)
 	kill "${beat}" 2>/dev/null || true
 	mv -f "${tmp}" "${target}"
+	trap - EXIT
+	log "[${step}/${steps}] built ${name} in $((SECONDS - start))s"
+}
+
+# build_module_main NAME MODULE@VERSION MINUTES: as build, for a module whose root is a main
+# package, built with that module's own go.mod and go.sum (not e2e/testbin's).
+build_module_main() {
+	local name=$1 pkg=$2 estimate=$3
+	local target="${bin_dir}/${name}"
+	step=$((step + 1))
+	if [[ -x "${target}" ]]; then
+		log "[${step}/${steps}] ${name} present in ${bin_dir}"
+		return
+	fi
+	local tmpdir="${bin_dir}/.${name}.tmp.$$"
+	log "[${step}/${steps}] building ${name} from ${pkg} (cold: about ${estimate} min on 2 cores; built once, then cached in ${bin_dir})"
+	heartbeat "${name}" "${estimate}" 9>&- &
+	local beat=$!
+	# shellcheck disable=SC2064 # expand now: the trap must remove this tmp and stop this heartbeat.
+	trap "rm -rf '${tmpdir}'; kill ${beat} 2>/dev/null" EXIT
+	local start=${SECONDS}
+	mkdir -p "${tmpdir}"
+	(
+		# The module as its release zip has it (go.mod and go.sum), built as the main module in
+		# the read-only module cache: `go install pkg@version` would also ask the proxy for the
+		# module's version list (deprecations), which the proxy here refuses.
+		export GOWORK=off GOFLAGS= CGO_ENABLED=0
+		local src
+		src=$(cd "${tmpdir}" && go mod download -json "${pkg}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		[[ -n "${src}" ]] || { log "go mod download ${pkg}: no directory"; exit 1; }
+		cd "${src}"
+		go build -mod=readonly -trimpath -buildvcs=false -ldflags "-s -w" -o "${tmpdir}/out" .
+	)
+	kill "${beat}" 2>/dev/null || true
+	mv -f "${tmpdir}/out" "${target}"
+	rm -rf "${tmpdir}"
 	trap - EXIT
 	log "[${step}/${steps}] built ${name} in $((SECONDS - start))s"
 }
@@ -98,7 +140,7 @@ main() {
 		exec 9>"${bin_dir}/.lock"
 		flock 9
 		# Holding the lock, any temp file is a leftover of a killed run.
-		rm -f "${bin_dir}"/.*.tmp.*
+		rm -rf "${bin_dir}"/.*.tmp.*
 	fi
 
 	# These are what `kube-apiserver --version` and /version report; without
@@ -121,6 +163,10 @@ main() {
 	# kubeadm writes the lifecycle lab's real control planes (e2e/lab/kubeadm): its own PKI,
 	# kubeconfigs and static-pod manifests.
 	build kubeadm k8s.io/kubernetes/cmd/kubeadm 4 "${k8s_ldflags}"
+	local v
+	for v in "${KUBE_VIP_VERSIONS[@]}"; do
+		build_module_main "kube-vip-${v}" "github.com/kube-vip/kube-vip@${v}" 3
+	done
 
 	echo "${bin_dir}"
 }

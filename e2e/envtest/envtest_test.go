@@ -78,6 +78,8 @@ func TestVersionsInSync(t *testing.T) {
 	g.Expect(string(script)).To(MatchRegexp(`(?m)^K8S_VERSION=` + regexp.QuoteMeta(envtest.K8sVersion) + `$`))
 	g.Expect(string(script)).To(MatchRegexp(`(?m)^ETCD_VERSION=` + regexp.QuoteMeta(envtest.EtcdVersion) + `$`))
 
+	g.Expect(string(script)).To(MatchRegexp(`(?m)^KUBE_VIP_VERSIONS=\(` + regexp.QuoteMeta(envtest.KubeVIPOldVersion+" "+envtest.KubeVIPNewVersion) + `\)$`))
+
 	gomod, err := os.ReadFile(filepath.Join(root, "e2e", "testbin", "go.mod"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(gomod)).To(MatchRegexp(`(?m)^\s*k8s\.io/kubernetes ` + regexp.QuoteMeta(envtest.K8sVersion) + `\s*$`))

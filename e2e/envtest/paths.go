@@ -20,6 +20,12 @@ const (
 	// EtcdVersion is the etcd version built by `make testbin`.
 	EtcdVersion = "v3.6.14"
 
+	// KubeVIPOldVersion and KubeVIPNewVersion are the kube-vip releases `make testbin` builds (kube-vip-<version> in
+	// BinaryDir), the system e2e/lifecycle's takeover lab moves a cluster off: the v0.x line
+	// CAPV's templates ship, and the newest v1.x the module proxy served.
+	KubeVIPOldVersion = "v0.9.1"
+	KubeVIPNewVersion = "v1.2.2"
+
 	modulePath     = "github.com/caplb/caplb"
 	capiModulePath = "sigs.k8s.io/cluster-api"
 )
@@ -173,4 +179,13 @@ func findRoot(dir string) (string, bool) {
 		}
 		dir = parent
 	}
+}
+
+// KubeVIPBinary is the path of the kube-vip release version in dir (BinaryDir), checked to exist.
+func KubeVIPBinary(dir, version string) (string, error) {
+	p := filepath.Join(dir, "kube-vip-"+version)
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("kube-vip %s missing in %s: run `make testbin` to build it", version, dir)
+	}
+	return p, nil
 }

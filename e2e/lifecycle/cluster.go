@@ -108,6 +108,11 @@ func (l *Lab) VIP() netip.Addr { return l.vip }
 // CreateMachine creates a control-plane Machine and its TestMachine, as KubeadmControlPlane
 // does: the lab's provider boots it once the bootstrap Secret exists.
 func (l *Lab) CreateMachine(ctx context.Context, name string) (*clusterv1.Machine, error) {
+	return l.createMachine(ctx, name, l.ClusterName+"-caplb-agent")
+}
+
+// createMachine creates a control-plane Machine booting from the bootstrap Secret secret.
+func (l *Lab) createMachine(ctx context.Context, name, secret string) (*clusterv1.Machine, error) {
 	tm := testinfra.NewMachine(l.Namespace, name, testinfra.MachineSpec{NodeName: name})
 	if err := l.Mgmt.Client.Create(ctx, tm); err != nil {
 		return nil, fmt.Errorf("creating TestMachine %s: %w", name, err)
@@ -117,7 +122,7 @@ func (l *Lab) CreateMachine(ctx context.Context, name string) (*clusterv1.Machin
 			clusterv1.ClusterNameLabel: l.ClusterName, clusterv1.MachineControlPlaneLabel: ""}},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: l.ClusterName,
-			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr(l.ClusterName + "-caplb-agent")},
+			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr(secret)},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: testinfra.Group, Kind: testinfra.MachineKind, Name: name},
 		},

@@ -37,6 +37,10 @@ type infra struct {
 	// workers, when set, boots the Machines whose spec.bootstrap.dataSecretName is its Secret as
 	// workers (workers.go).
 	workers *bootRole
+	// kubeVIP, when set, boots the Machines whose bootstrap is its Secret with kube-vip
+	// (kubevip.go); podGC then deletes a destroyed machine's Pods (mirror.go).
+	kubeVIP *bootRole
+	podGC   func(node string)
 
 	mu    sync.Mutex
 	nodes map[string]*Node
@@ -84,7 +88,7 @@ func (r *infra) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, err
 		}
 		secretName := r.bootstrapSecret
-		if role.worker {
+		if role.worker || role.kubeVIP {
 			secretName = role.secret
 		}
 		secret := &corev1.Secret{}
@@ -132,7 +136,11 @@ func (r *infra) destroy(name string) error {
 	if n == nil {
 		return nil
 	}
-	return n.destroy()
+	err := n.destroy()
+	if r.podGC != nil {
+		go r.podGC(name)
+	}
+	return err
 }
 
 // Node returns the running machine called name, or nil.

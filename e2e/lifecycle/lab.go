@@ -56,6 +56,9 @@ type Options struct {
 	// Workers also runs CAPI's MachineDeployment and MachineSet reconcilers and boots the worker
 	// LoadBalancer's Machines as workers (workers.go).
 	Workers bool
+	// KubeVIP, with a real control plane and ARP, makes the lab able to boot Machines that run
+	// kube-vip instead of caplb's agent (kubevip.go).
+	KubeVIP KubeVIPOptions
 }
 
 // Lab is a running lifecycle lab.
@@ -139,6 +142,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		return l, err
 	}
 	l.infra = &infra{bootstrapSecret: cluster + "-caplb-agent", nodes: map[string]*Node{}, deps: deps}
+	if opts.KubeVIP.Binary != "" {
+		deps.kubeVIP = opts.KubeVIP.Binary
+		l.infra.kubeVIP = l.kubeVIPRole()
+		l.infra.podGC = l.collectPodsOf
+	}
 	if opts.Workers {
 		if l.infra.workers, err = l.workerRole(); err != nil {
 			return l, err

@@ -72,12 +72,7 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 			f.Close()
 		}
 	}
-	var b []byte
-	_ = observe.Print(writerFunc(func(p []byte) (int, error) { b = append(b, p...); return len(p), nil }), obs.Result)
-	t.Logf("figures:\n%s", b)
-	if obs.Clients != nil {
-		t.Logf("client-go through the VIP: %+v", *obs.Clients)
-	}
+	logObserved(t, obs)
 	g.Expect(err).NotTo(HaveOccurred())
 	r := obs.Result
 	g.Expect(r.Replacements).To(Equal(3))
@@ -154,6 +149,17 @@ func (r *recordingT) Fatalf(format string, args ...any) {
 	r.failures = append(r.failures, fmt.Sprintf(format, args...))
 	r.T.Helper()
 	r.T.Fatalf(format, args...)
+}
+
+// logObserved logs a life's figures and what client-go saw.
+func logObserved(t *testing.T, obs Observed) {
+	t.Helper()
+	var b []byte
+	_ = observe.Print(writerFunc(func(p []byte) (int, error) { b = append(b, p...); return len(p), nil }), obs.Result)
+	t.Logf("figures:\n%s", b)
+	if obs.Clients != nil {
+		t.Logf("client-go through the VIP: %+v", *obs.Clients)
+	}
 }
 
 type writerFunc func([]byte) (int, error)

@@ -58,6 +58,10 @@ type Node struct {
 	providerID       string
 	// cp is the real control plane's part of the machine (nil with the stand-in).
 	cp *cpMachine
+	// runsKubeVIP: the machine booted with kube-vip's files, not caplb's; stopKubeVIP ends its
+	// pod's restarts, kubeVIPDone closes when they ended (kubevip.go).
+	runsKubeVIP              bool
+	stopKubeVIP, kubeVIPDone chan struct{}
 }
 
 // nodeDeps is what booting a machine needs from the lab.
@@ -72,6 +76,8 @@ type nodeDeps struct {
 	// controlPlaneEndpoint host there).
 	vip        func() string
 	agentImage string
+	// kubeVIP is the kube-vip binary the lab's kubelet runs for its static pod (kubevip.go).
+	kubeVIP string
 	// real makes machines run a real control plane (nil: the stand-in API server); the
 	// management client and the cluster's name find its CA Secrets, scheme reads Nodes.
 	real        *realCP
@@ -108,7 +114,7 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 	}
 	// cloud-init: the bootstrap's write_files.
 	files := d.files
-	if role.worker {
+	if role.worker || role.kubeVIP {
 		files = role.files
 	}
 	if err := writeBootFiles(n.Root, files, secret); err != nil {
@@ -118,6 +124,7 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 		return n, d.bootWorker(ctx, n, secret)
 	}
 	if d.real != nil {
+		n.runsKubeVIP = role.kubeVIP
 		return n, d.bootRealCP(ctx, n, secret.Namespace, others)
 	}
 	// kubeadm: the cluster CA, the API server's serving certificate (kubeadm's SANs: node name,
@@ -195,6 +202,7 @@ func (n *Node) SetHealthy(ok bool) error {
 // destroy is the machine's deletion by its infrastructure: everything on it stops at once.
 func (n *Node) destroy() error {
 	var errs []error
+	n.stopKubeVIPPod()
 	procs := []*lab.Process{n.kubelet, n.standin}
 	if n.cp != nil {
 		procs = append(procs, n.cp.apiserver, n.cp.etcd)

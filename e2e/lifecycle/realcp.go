@@ -275,9 +275,13 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		}
 		step("kubeadm join")
 	}
-	// The kubelet starts every static pod once kubeadm wrote its kubeconfig: the agent's (the
-	// bootstrap wrote it) beside kubeadm's.
-	if err := n.startAgent(); err != nil {
+	// The kubelet starts every static pod once kubeadm wrote its kubeconfig: the agent's, or
+	// kube-vip's (the bootstrap wrote it), beside kubeadm's.
+	start := n.startAgent
+	if n.runsKubeVIP {
+		start = n.startKubeVIP
+	}
+	if err := start(); err != nil {
 		return err
 	}
 	if err := n.startControlPlane(); err != nil {
@@ -309,6 +313,12 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		return err
 	}
 	step("Node registered")
+	if n.runsKubeVIP {
+		if err := n.createMirrorPod(ctx); err != nil {
+			return err
+		}
+		step("kube-vip's mirror Pod created")
+	}
 	err = r.cluster.MarkControlPlane(ctx, n.cp.Machine, n.NS)
 	step("marked control plane")
 	return err
@@ -374,16 +384,7 @@ func getOK(ctx context.Context, hc *http.Client, url string) error {
 // under the Node authorizer and NodeRestriction), as the kubelet's first start does: its
 // providerID, hostname label and addresses, and a Ready status.
 func (n *Node) registerAsKubelet(ctx context.Context) error {
-	b, err := os.ReadFile(n.cp.Path("/etc/kubernetes/kubelet.conf"))
-	if err != nil {
-		return err
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
-	if err != nil {
-		return fmt.Errorf("%s: kubelet.conf: %w", n.Name, err)
-	}
-	cfg.Dial, cfg.Timeout = n.NS.DialContext, 5*time.Second
-	c, err := client.New(cfg, client.Options{Scheme: n.deps.scheme})
+	c, err := n.kubeletClient()
 	if err != nil {
 		return err
 	}
@@ -399,6 +400,21 @@ func (n *Node) registerAsKubelet(ctx context.Context) error {
 		time.Sleep(250 * time.Millisecond)
 	}
 	return fmt.Errorf("%s: registering its Node: %w", n.Name, last)
+}
+
+// kubeletClient is a client with the machine's kubelet credential (kubeadm's kubelet.conf:
+// system:node:<name>), dialling from the machine.
+func (n *Node) kubeletClient() (client.Client, error) {
+	b, err := os.ReadFile(n.cp.Path("/etc/kubernetes/kubelet.conf"))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: kubelet.conf: %w", n.Name, err)
+	}
+	cfg.Dial, cfg.Timeout = n.NS.DialContext, 5*time.Second
+	return client.New(cfg, client.Options{Scheme: n.deps.scheme})
 }
 
 // setAPIHealthy stops (as a restart of the static pod would) or starts the machine's

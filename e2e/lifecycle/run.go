@@ -46,6 +46,20 @@ func (s stepLogger) Step(text string) {
 // before any answer, as every client-go GET is; a request that gets no answer, or an error
 // after an answer started, is a failure.
 func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error) {
+	return runObserved(ctx, l, log, func(rec Recorder, afterBootstrap func() error) lifeRunner {
+		return &Scenario{Lab: l, Recorder: rec, AfterBootstrap: afterBootstrap}
+	})
+}
+
+// lifeRunner is a life RunObserved can watch: Scenario, TakeOverScenario.
+type lifeRunner interface {
+	Run(ctx context.Context) (Report, error)
+	Teardown(ctx context.Context) error
+}
+
+// runObserved runs the life newLife makes (given the recorder and the hook that starts the
+// clients once the VIP is first held) with the clients and samplers of RunObserved.
+func runObserved(ctx context.Context, l *Lab, log func(string), newLife func(Recorder, func() error) lifeRunner) (Observed, error) {
 	var out Observed
 	rec := observe.NewRecorder()
 	sctx, stop := context.WithCancel(ctx)
@@ -62,7 +76,7 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 	}()
 	var prober *observe.Prober
 	var cg *clients.Run
-	s := &Scenario{Lab: l, Recorder: stepLogger{rec, log}, AfterBootstrap: func() error {
+	s := newLife(stepLogger{rec, log}, func() error {
 		var err error
 		opts := observe.ProberOptions{URL: l.APIURL(), CAPEM: l.CAPEM(), Dial: l.DialClient, RetryIdempotent: true}
 		if l.real != nil {
@@ -81,7 +95,7 @@ func RunObserved(ctx context.Context, l *Lab, log func(string)) (Observed, error
 			cg, err = l.startClients(sctx)
 		}
 		return err
-	}}
+	})
 	rep, err := s.Run(ctx)
 	out.Report = rep
 	if prober != nil {

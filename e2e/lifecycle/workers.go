@@ -55,6 +55,8 @@ const (
 // the worker LoadBalancer's Secret.
 type bootRole struct {
 	worker bool
+	// kubeVIP: a control-plane machine booted with kube-vip's files (kubevip.go).
+	kubeVIP bool
 	// secret is the worker LoadBalancer's bootstrap Secret; files come from the sample's
 	// KubeadmConfigTemplate.
 	secret string
@@ -65,7 +67,7 @@ type bootRole struct {
 // the Machine controller adopted it (ok false until then). Without workers every machine is a
 // control-plane one, booted at once as before.
 func (r *infra) roleOf(ctx context.Context, tm *unstructured.Unstructured) (bootRole, bool, error) {
-	if r.workers == nil {
+	if r.workers == nil && r.kubeVIP == nil {
 		return bootRole{}, true, nil
 	}
 	for _, ref := range tm.GetOwnerReferences() {
@@ -76,8 +78,10 @@ func (r *infra) roleOf(ctx context.Context, tm *unstructured.Unstructured) (boot
 		if err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: tm.GetNamespace(), Name: ref.Name}, m); err != nil {
 			return bootRole{}, false, client.IgnoreNotFound(err)
 		}
-		if s := m.Spec.Bootstrap.DataSecretName; s != nil && *s == r.workers.secret {
-			return *r.workers, true, nil
+		for _, role := range []*bootRole{r.workers, r.kubeVIP} {
+			if s := m.Spec.Bootstrap.DataSecretName; role != nil && s != nil && *s == role.secret {
+				return *role, true, nil
+			}
 		}
 		return bootRole{}, true, nil
 	}

@@ -17,7 +17,16 @@ import (
 type Binaries struct {
 	Podrun, Etcd, APIServer string
 	Agent                   string
+	// KubeVIP runs kube-vip's static pod (KubeVIPManifest), when a machine has one.
+	KubeVIP string
 }
+
+// KubeVIPManifest is where a cluster that runs kube-vip has its static pod (CAPV's templates
+// write it there through KubeadmControlPlane's files).
+const KubeVIPManifest = ManifestsDir + "/kube-vip.yaml"
+
+// kubeVIPEntrypoint is the kube-vip image's ENTRYPOINT: its manifests give only args.
+const kubeVIPEntrypoint = "/kube-vip"
 
 // AgentManifest is where caplb's bootstrap writes the agent's static pod on a kubeadm node
 // (providers/vip: the flavor's manifest directory and ManifestFile).
@@ -37,8 +46,10 @@ type Kubelet struct {
 // image to the binary for it, and returns the process.
 func (k Kubelet) Start(manifest string) (*lab.Process, error) {
 	pod := strings.TrimSuffix(filepath.Base(manifest), ".yaml")
-	var bin string
+	var bin, entrypoint string
 	switch pod {
+	case "kube-vip":
+		bin, entrypoint = k.Bins.KubeVIP, kubeVIPEntrypoint
 	case "etcd":
 		bin = k.Bins.Etcd
 	case "kube-apiserver":
@@ -56,7 +67,11 @@ func (k Kubelet) Start(manifest string) (*lab.Process, error) {
 	// Any image: each podrun runs one manifest, and kubeadm names the image by its registry
 	// and tag (registry.k8s.io/etcd:<v>, registry.k8s.io/kube-apiserver:<v>), caplb by the
 	// manager's --agent-image.
-	return k.NS.Start(k.Machine.Name+"-"+pod, []string{"unshare", "--mount", "--uts", "--propagation", "private",
+	argv := []string{"unshare", "--mount", "--uts", "--propagation", "private",
 		k.Bins.Podrun, "-root", k.Machine.Root, "-rootfs", rootfs, "-manifest", manifest,
-		"-hostname", k.Machine.Name, "-image", "*=" + bin}, nil)
+		"-hostname", k.Machine.Name, "-image", "*=" + bin}
+	if entrypoint != "" {
+		argv = append(argv, "-entrypoint", entrypoint)
+	}
+	return k.NS.Start(k.Machine.Name+"-"+pod, argv, nil)
 }

@@ -12,8 +12,9 @@
 //
 //	ip netns exec <node> unshare --mount --uts --propagation private podrun -root ... -manifest ...
 //
-// Only host-network pods with one container are supported: the agent's shape, and kubeadm's etcd
-// and kube-apiserver (e2e/lab/kubeadm).
+// Only host-network pods with one container are supported: the agent's shape, kubeadm's etcd
+// and kube-apiserver (e2e/lab/kubeadm), and kube-vip's (no command: -entrypoint gives its
+// image's; hostAliases become the container's /etc/hosts, as the kubelet writes it).
 package main
 
 import (
@@ -48,14 +49,15 @@ func main() {
 	hostname := flag.String("hostname", "", "the node's hostname (its kubelet's node name)")
 	imgs := images{}
 	flag.Var(imgs, "image", "<image>=<binary>: the image's entrypoint binary on the host (repeatable; any image when <image> is *)")
+	entrypoint := flag.String("entrypoint", "", "the image's ENTRYPOINT, run when the container has no command (kube-vip's manifests give only args)")
 	flag.Parse()
-	if err := run(*root, *rootfs, *manifest, *hostname, imgs); err != nil {
+	if err := run(*root, *rootfs, *manifest, *hostname, *entrypoint, imgs); err != nil {
 		fmt.Fprintln(os.Stderr, "podrun:", err)
 		os.Exit(1)
 	}
 }
 
-func run(root, rootfs, manifest, hostname string, imgs images) error {
+func run(root, rootfs, manifest, hostname, entrypoint string, imgs images) error {
 	if root == "" || rootfs == "" || manifest == "" || hostname == "" {
 		return errors.New("-root, -rootfs, -manifest and -hostname are required")
 	}
@@ -72,7 +74,11 @@ func run(root, rootfs, manifest, hostname string, imgs images) error {
 		return fmt.Errorf("no binary for image %q (give -image %s=<binary>)", c.Image, c.Image)
 	}
 	if len(c.Command) == 0 {
-		return fmt.Errorf("container %s: no command", c.Name)
+		if entrypoint == "" {
+			return fmt.Errorf("container %s: no command, and no -entrypoint for its image", c.Name)
+		}
+		// As a runtime: the image's ENTRYPOINT, the container's args after it.
+		c.Command = []string{entrypoint}
 	}
 	if err := unix.Sethostname([]byte(hostname)); err != nil {
 		return fmt.Errorf("sethostname (start podrun with unshare --uts): %w", err)
@@ -92,6 +98,14 @@ func run(root, rootfs, manifest, hostname string, imgs images) error {
 	// What a container runtime always provides.
 	for _, d := range []string{"/proc", "/sys", "/dev"} {
 		if err := bind(d, filepath.Join(rootfs, d), false, true); err != nil {
+			return err
+		}
+	}
+	// The kubelet writes a host-network pod's /etc/hosts: the node's own names and the pod's
+	// hostAliases (kube-vip's manifests alias "kubernetes" to 127.0.0.1 to reach the local API
+	// server before any VIP exists).
+	if len(pod.Spec.HostAliases) > 0 {
+		if err := writeHosts(filepath.Join(rootfs, "etc", "hosts"), hostname, pod.Spec.HostAliases); err != nil {
 			return err
 		}
 	}
@@ -230,4 +244,19 @@ func bind(src, dst string, ro, recursive bool) error {
 		}
 	}
 	return nil
+}
+
+// writeHosts writes a container's /etc/hosts as the kubelet does for a host-network pod.
+func writeHosts(path, hostname string, aliases []corev1.HostAlias) error {
+	var b strings.Builder
+	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	b.WriteString("127.0.1.1\t" + hostname + "\n")
+	b.WriteString("\n# Entries added by HostAliases.\n")
+	for _, a := range aliases {
+		b.WriteString(a.IP + "\t" + strings.Join(a.Hostnames, "\t") + "\n")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

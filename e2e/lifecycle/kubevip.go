@@ -1,0 +1,275 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"text/template"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/kubeadm"
+)
+
+// The kube-vip takeover lab: a cluster whose control plane runs real kube-vip as a static pod,
+// as CAPV's templates make it (KubeadmControlPlane files; ARP, Lease election on
+// kube-system/plndr-cp-lock, 15 s lease, 10 s renew deadline, 2 s retry), moved onto caplb by a
+// rollout whose new Machines boot with caplb's files instead (TakeOverScenario).
+
+// kubeVIPSecretKey is the key of kube-vip's manifest in the cluster's kube-vip bootstrap Secret.
+const kubeVIPSecretKey = "kube-vip.yaml"
+
+// kubeVIPImageRepo is kube-vip's image; the lab's kubelet runs the binary built for its tag.
+const kubeVIPImageRepo = "ghcr.io/kube-vip/kube-vip"
+
+// kubeVIPManifestTemplate is CAPV's kube-vip static pod (its cluster templates' files entry):
+// the control-plane VIP by ARP with Lease election and the Service VIPs on (svc_enable), the
+// admin kubeconfig mounted, and "kubernetes" aliased to the node itself so that kube-vip reaches
+// its local API server before any VIP exists.
+var kubeVIPManifestTemplate = template.Must(template.New("kube-vip").Parse(`apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-vip
+  namespace: kube-system
+spec:
+  containers:
+  - args:
+    - manager
+    env:
+    - name: cp_enable
+      value: "true"
+    - name: vip_interface
+      value: eth0
+    - name: address
+      value: {{ .VIP }}
+    - name: port
+      value: "6443"
+    - name: vip_arp
+      value: "true"
+    - name: vip_leaderelection
+      value: "true"
+    - name: vip_leaseduration
+      value: "15"
+    - name: vip_renewdeadline
+      value: "10"
+    - name: vip_retryperiod
+      value: "2"
+    - name: svc_enable
+      value: "true"
+    - name: svc_leasename
+      value: plndr-svcs-lock
+    - name: prometheus_server
+      value: :2112
+    image: {{ .Image }}
+    imagePullPolicy: IfNotPresent
+    name: kube-vip
+    resources: {}
+    securityContext:
+      capabilities:
+        add:
+        - NET_ADMIN
+        - NET_RAW
+    volumeMounts:
+    - mountPath: /etc/kubernetes/admin.conf
+      name: kubeconfig
+  hostAliases:
+  - hostnames:
+    - kubernetes
+    - localhost
+    ip: 127.0.0.1
+  hostNetwork: true
+  volumes:
+  - hostPath:
+      path: /etc/kubernetes/admin.conf
+      type: FileOrCreate
+    name: kubeconfig
+status: {}
+`))
+
+// KubeVIPManifest is kube-vip's static pod for vip, at the given release.
+func KubeVIPManifest(version string, vip netip.Addr) ([]byte, error) {
+	var b bytes.Buffer
+	err := kubeVIPManifestTemplate.Execute(&b, struct{ VIP, Image string }{vip.String(), kubeVIPImageRepo + ":" + version})
+	return b.Bytes(), err
+}
+
+// kubeVIPSecret names the cluster's bootstrap Secret for kube-vip machines.
+func (l *Lab) kubeVIPSecret() string { return l.ClusterName + "-kube-vip" }
+
+// kubeVIPRole boots the Machines whose bootstrap is the kube-vip Secret: kubeadm's files and
+// kube-vip's static pod, no caplb agent.
+func (l *Lab) kubeVIPRole() *bootRole {
+	return &bootRole{kubeVIP: true, secret: l.kubeVIPSecret(), files: []bootFile{{
+		Path: kubeadm.KubeVIPManifest, Owner: "root:root", Permissions: 0o644,
+		SecretName: l.kubeVIPSecret(), SecretKey: kubeVIPSecretKey}}}
+}
+
+// CreateKubeVIPCluster creates the Cluster as a kube-vip cluster has it: its controlPlaneEndpoint
+// set by the user to the VIP kube-vip serves (the first address of the lab's pool), the cluster's
+// keys and kubeconfig as KCP makes them, and the bootstrap Secret with kube-vip's manifest. No
+// LoadBalancer yet.
+func (l *Lab) CreateKubeVIPCluster(ctx context.Context) (netip.Addr, error) {
+	if l.real == nil || l.opts.Backend != ARP || l.opts.KubeVIP.Binary == "" {
+		return netip.Addr{}, fmt.Errorf("a kube-vip cluster needs a real control plane, ARP and Options.KubeVIP")
+	}
+	vip := l.topo.poolFirst()
+	c := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.ClusterName},
+		Spec: clusterv1.ClusterSpec{
+			ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: vip.String(), Port: apiPort},
+			ClusterNetwork: clusterv1.ClusterNetwork{
+				Pods: clusterv1.NetworkRanges{CIDRBlocks: []string{"192.168.0.0/16"}}}},
+	}
+	if err := l.Mgmt.Client.Create(ctx, c); err != nil {
+		return vip, fmt.Errorf("creating Cluster: %w", err)
+	}
+	manifest, err := KubeVIPManifest(l.opts.KubeVIP.Version, vip)
+	if err != nil {
+		return vip, err
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: l.kubeVIPSecret(),
+		Labels: map[string]string{clusterv1.ClusterNameLabel: l.ClusterName}},
+		Type: clusterv1.ClusterSecretType, Data: map[string][]byte{kubeVIPSecretKey: manifest}}
+	if err := l.Mgmt.Client.Create(ctx, sec); err != nil {
+		return vip, fmt.Errorf("creating the kube-vip bootstrap Secret: %w", err)
+	}
+	got, err := l.WaitEndpoint(ctx, endpointTimeout)
+	if err == nil && got != vip {
+		err = fmt.Errorf("the Cluster's endpoint is %s, not kube-vip's %s", got, vip)
+	}
+	return vip, err
+}
+
+// CreateKubeVIPMachine creates a control-plane Machine that boots with kube-vip's files, as the
+// cluster's KubeadmControlPlane did before the takeover.
+func (l *Lab) CreateKubeVIPMachine(ctx context.Context, name string) (*clusterv1.Machine, error) {
+	return l.createMachine(ctx, name, l.kubeVIPSecret())
+}
+
+// CreateTakeOverLB creates the LoadBalancer that takes the VIP over from kube-vip: the ARP
+// sample's, its endpoint the Cluster's (kube-vip's VIP), spec.backend.arp.takeOver.kubeVIP with
+// kube-vip's Lease and its Service VIPs acknowledged (the lab has no Service of type
+// LoadBalancer). Unguarded leaves takeOver out: the swap CAPV's migration describes, a control.
+func (l *Lab) CreateTakeOverLB(ctx context.Context, unguarded bool) (*lbv1.LoadBalancer, error) {
+	lb, secrets, err := lab.SampleObjects("cluster_kubeadm_arp_ipam.yaml", l.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	drain := lbv1.Duration{Duration: labDrainPeriod}
+	lb.Spec.Quiesce.DrainPeriod = &drain
+	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: l.vip.String(), Port: apiPort}
+	lb.Spec.Backend.ARP.AddressFrom = nil
+	if !unguarded {
+		lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{
+			LeaseNamespace: "kube-system", LeaseName: "plndr-cp-lock", AcknowledgeServiceVIPs: true}}
+	}
+	for _, s := range secrets {
+		if err := l.Mgmt.Client.Create(ctx, s); err != nil {
+			return nil, fmt.Errorf("creating Secret %s: %w", s.Name, err)
+		}
+	}
+	if err := l.Mgmt.Client.Create(ctx, lb); err != nil {
+		return nil, fmt.Errorf("creating LoadBalancer: %w", err)
+	}
+	return lb, nil
+}
+
+// kubeVIPRestartBackoff is the kubelet's first crash-loop back-off; it doubles up to
+// kubeVIPRestartBackoffMax.
+const (
+	kubeVIPRestartBackoff    = 10 * time.Second
+	kubeVIPRestartBackoffMax = 5 * time.Minute
+)
+
+// startKubeVIP runs kube-vip's static pod as the kubelet does, restarting it when it exits
+// (restartPolicy Always, with the kubelet's back-off): kube-vip v0.9 exits on losing its Lease
+// and relies on that restart. It stops when the machine is destroyed.
+func (n *Node) startKubeVIP() error {
+	k := kubeadm.Kubelet{NS: n.NS, Machine: n.cp.Machine, Bins: n.deps.real.bins, Scratch: n.deps.real.scratch}
+	k.Bins.KubeVIP = n.deps.kubeVIP
+	p, err := k.Start(kubeadm.KubeVIPManifest)
+	if err != nil {
+		return err
+	}
+	n.stopKubeVIP = make(chan struct{})
+	n.kubeVIPDone = make(chan struct{})
+	go func() {
+		defer close(n.kubeVIPDone)
+		backoff := kubeVIPRestartBackoff
+		for {
+			select {
+			case <-n.stopKubeVIP:
+				_ = p.Stop(30 * time.Second)
+				return
+			case <-p.Done():
+			}
+			_, werr := p.Exited()
+			n.deps.lab.Logf("kubelet", "%s: kube-vip exited (%v); restarting in %v", n.Name, werr, backoff)
+			select {
+			case <-n.stopKubeVIP:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, kubeVIPRestartBackoffMax)
+			if p, err = k.Start(kubeadm.KubeVIPManifest); err != nil {
+				n.deps.lab.Logf("kubelet", "%s: restarting kube-vip: %v", n.Name, err)
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// stopKubeVIPPod stops kube-vip (SIGTERM, the kubelet's 30 s grace) and its restarts.
+func (n *Node) stopKubeVIPPod() {
+	if n.stopKubeVIP == nil {
+		return
+	}
+	close(n.stopKubeVIP)
+	<-n.kubeVIPDone
+	n.stopKubeVIP = nil
+}
+
+// createMirrorPod creates the kubelet's mirror Pod of the machine's kube-vip static pod with the
+// node's own credential (kubelet.conf, under the Node authorizer and NodeRestriction): what the
+// manager's takeover check reads. Its annotations and owner are the kubelet's.
+func (n *Node) createMirrorPod(ctx context.Context) error {
+	c, err := n.kubeletClient()
+	if err != nil {
+		return err
+	}
+	pod, err := readStaticPod(n.cp.Path(kubeadm.KubeVIPManifest))
+	if err != nil {
+		return err
+	}
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: n.Name}, node); err != nil {
+		return fmt.Errorf("%s: reading its Node for the mirror Pod's owner: %w", n.Name, err)
+	}
+	mirror := mirrorOf(pod, node)
+	var last error
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if last = c.Create(ctx, mirror); last == nil || apierrors.IsAlreadyExists(last) {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("%s: creating the mirror Pod of kube-vip: %w", n.Name, last)
+}
+
+// KubeVIPOptions is the Options.KubeVIP of a takeover lab.
+type KubeVIPOptions struct {
+	// Version is the release (the image tag in the manifest), Binary kube-vip built at it.
+	Version, Binary string
+}

@@ -1,0 +1,248 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/e2e/harness"
+)
+
+// TakeOverScenario is a kube-vip cluster's move onto caplb, as a platform team runs it: a
+// control plane of Replicas Machines serving kube-vip's VIP, the clients on that VIP, then the
+// LoadBalancer that takes it over and a rolling replacement whose new Machines boot with caplb's
+// files (KubeadmControlPlane's files swapped, as CAPV's migration does) — the manager's fence
+// moves kube-vip's Lease, the first caplb member claims only once the VIP is silent, caplb's
+// hook holds each kube-vip Machine until a caplb member holds the VIP — and kube-vip retired.
+type TakeOverScenario struct {
+	Lab      *Lab
+	Recorder Recorder
+	// Replicas is the control plane's size (default 3).
+	Replicas int
+	// AfterBootstrap runs once kube-vip on the first Machine holds the VIP.
+	AfterBootstrap func() error
+	// Unguarded runs the control: the LoadBalancer without takeOver (no fence, no standby, no
+	// hold), the swap as CAPV's migration describes it. It checks nothing of the hand-over and
+	// ends when the last kube-vip Machine is gone.
+	Unguarded bool
+
+	// KubeVIPMachines are the Machines that ran kube-vip; CaplbMachines the ones that replaced
+	// them; HandOver is when caplb first held the VIP alone (zero if never).
+	KubeVIPMachines, CaplbMachines []string
+	HandOver                       time.Time
+	// Fenced is when the scenario saw the manager's fence (KubeVIPTakeOver Fenced).
+	Fenced time.Time
+
+	seq  int
+	life Scenario
+}
+
+// takeOverTimeout bounds the hand-over once the fence is written: kube-vip's leader steps down
+// after its renew deadline (10 s), then caplb claims once the VIP is silent.
+const takeOverTimeout = 90 * time.Second
+
+// Run runs the takeover.
+func (s *TakeOverScenario) Run(ctx context.Context) (Report, error) {
+	var rep Report
+	if s.Replicas == 0 {
+		s.Replicas = 3
+	}
+	l := s.Lab
+	s.life = Scenario{Lab: l, Recorder: s.Recorder, noAgent: map[string]bool{}, unchecked: map[string]bool{}}
+	s.life.step("create the Cluster with kube-vip's VIP as its endpoint (kube-vip %s as a static pod)", l.opts.KubeVIP.Version)
+	vip, err := l.CreateKubeVIPCluster(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for len(s.KubeVIPMachines) < s.Replicas {
+		name, err := s.addKubeVIPMachine(ctx)
+		if err != nil {
+			return rep, err
+		}
+		if len(s.KubeVIPMachines) == 1 {
+			if err := s.life.waitHolders(ctx, "kube-vip on "+name+" holds "+vip.String(), func(h []string) bool {
+				return slices.Equal(h, []string{name})
+			}); err != nil {
+				return rep, err
+			}
+			if s.AfterBootstrap != nil {
+				if err := s.AfterBootstrap(); err != nil {
+					return rep, err
+				}
+			}
+		}
+	}
+	s.life.step("control plane at %d Machines running kube-vip", s.Replicas)
+
+	if s.Unguarded {
+		s.life.step("create a LoadBalancer for %s WITHOUT takeOver (the control: nothing orders kube-vip and caplb)", vip)
+	} else {
+		s.life.step("create the LoadBalancer that takes %s over from kube-vip", vip)
+	}
+	lb, err := l.CreateTakeOverLB(ctx, s.Unguarded)
+	if err != nil {
+		return rep, err
+	}
+	s.life.lbName = lb.Name
+	if !s.Unguarded {
+		if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverReadyCondition, lbv1.KubeVIPTakeOverReadyReason, endpointTimeout); err != nil {
+			return rep, err
+		}
+		s.life.step("KubeVIPTakeOverReady: the manager read kube-vip's mirror Pods and allows the hand-over")
+	}
+
+	for round := 1; round <= s.Replicas; round++ {
+		start := time.Now()
+		if s.Recorder != nil {
+			s.Recorder.ReplacementStart(round)
+		}
+		s.life.step("rollout %d/%d: create a Machine with caplb's files", round, s.Replicas)
+		name, err := s.life.addMachine(ctx)
+		if err != nil {
+			return rep, err
+		}
+		s.CaplbMachines = append(s.CaplbMachines, name)
+		if round == 1 && !s.Unguarded {
+			if err := s.waitHandOver(ctx, name); err != nil {
+				return rep, err
+			}
+		}
+		oldest := s.KubeVIPMachines[round-1]
+		s.life.step("rollout %d/%d: delete %s (kube-vip)", round, s.Replicas, oldest)
+		hold, err := s.life.deleteMachine(ctx, oldest)
+		if err != nil {
+			return rep, err
+		}
+		rep.HookHolds = append(rep.HookHolds, hold)
+		rep.Replacements = append(rep.Replacements, time.Since(start))
+		if s.Recorder != nil {
+			s.Recorder.ReplacementEnd(round)
+		}
+		s.life.step("rollout %d/%d: %s gone after %.1fs (hook held %.1fs)", round, s.Replicas, oldest, time.Since(start).Seconds(), hold.Seconds())
+	}
+	if s.Unguarded {
+		return rep, nil
+	}
+	if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverCondition, lbv1.KubeVIPRetiredReason, 2*time.Minute); err != nil {
+		return rep, err
+	}
+	if err := s.checkFenceGone(ctx); err != nil {
+		return rep, err
+	}
+	s.life.step("kube-vip retired: no mirror Pod left, the fence Lease deleted")
+	return rep, nil
+}
+
+// Teardown is the life's: the LoadBalancer deleted, nothing of caplb's left.
+func (s *TakeOverScenario) Teardown(ctx context.Context) error { return s.life.Teardown(ctx) }
+
+// addKubeVIPMachine creates the next Machine with kube-vip's files and waits until its Node is
+// registered with kube-vip's mirror Pod.
+func (s *TakeOverScenario) addKubeVIPMachine(ctx context.Context) (string, error) {
+	l := s.Lab
+	s.seq++
+	name := fmt.Sprintf("%s-kv-%d", l.ClusterName, s.seq)
+	if _, err := l.CreateKubeVIPMachine(ctx, name); err != nil {
+		return "", err
+	}
+	s.life.step("Machine %s created (kube-vip)", name)
+	err := harness.Poll(ctx, activeTimeout, name+" booted", func(ctx context.Context) (bool, string, error) {
+		n := l.Node(name)
+		return n != nil && n.cp != nil && n.cp.apiserver != nil && n.stopKubeVIP != nil, "booting", nil
+	})
+	if err != nil {
+		return "", err
+	}
+	s.KubeVIPMachines = append(s.KubeVIPMachines, name)
+	s.life.noAgent[name] = true
+	if s.Unguarded {
+		// Nothing holds a kube-vip Machine until the VIP left it: its release is not checked.
+		s.life.unchecked[name] = true
+	}
+	s.life.step("%s runs kube-vip", name)
+	return name, nil
+}
+
+// waitHandOver waits until first, the first caplb member, holds the VIP alone: the manager
+// fenced kube-vip's Lease, kube-vip's leader stepped down and dropped the VIP, and first claimed
+// the silent VIP.
+func (s *TakeOverScenario) waitHandOver(ctx context.Context, first string) error {
+	if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverCondition, lbv1.KubeVIPFencedReason, takeOverTimeout); err != nil {
+		return err
+	}
+	s.Fenced = time.Now()
+	s.life.step("KubeVIPTakeOver Fenced: caplb holds kube-vip's Lease")
+	if err := harness.Poll(ctx, takeOverTimeout, first+" holds the VIP alone", func(ctx context.Context) (bool, string, error) {
+		h, err := s.Lab.Holders()
+		if err != nil {
+			return false, "", err
+		}
+		return slices.Equal(h, []string{first}), fmt.Sprintf("holders %v", h), nil
+	}); err != nil {
+		return err
+	}
+	s.HandOver = time.Now()
+	s.life.step("%s (caplb) holds the VIP: kube-vip let go", first)
+	return nil
+}
+
+func (s *TakeOverScenario) waitCondition(ctx context.Context, cond, reason string, timeout time.Duration) error {
+	err := harness.Poll(ctx, timeout, cond+" "+reason, func(ctx context.Context) (bool, string, error) {
+		lb, err := s.Lab.LB(ctx, s.life.lbName)
+		if err != nil {
+			return false, "", err
+		}
+		c := meta.FindStatusCondition(lb.Status.Conditions, cond)
+		if c == nil {
+			return false, "no condition", nil
+		}
+		return c.Reason == reason, fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message), nil
+	})
+	if err != nil {
+		// Poll's own error may be the deadline's: say where it stood.
+		if lb, gerr := s.Lab.LB(context.Background(), s.life.lbName); gerr == nil {
+			err = fmt.Errorf("%w (conditions: %s)", err, harness.DescribeLB(lb))
+		}
+	}
+	return err
+}
+
+// checkFenceGone checks that kube-vip's Lease no longer exists in the workload cluster.
+func (s *TakeOverScenario) checkFenceGone(ctx context.Context) error {
+	lease := &coordv1.Lease{}
+	err := s.Lab.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "plndr-cp-lock"}, lease)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("kube-vip's Lease is still there, held by %v", ptrString(lease.Spec.HolderIdentity))
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return "nobody"
+	}
+	return *p
+}
+
+// RunTakeOverObserved runs the takeover with the clients and samplers of RunObserved; the
+// scenario's record (which Machines ran kube-vip, when caplb took over) comes back with it.
+func RunTakeOverObserved(ctx context.Context, l *Lab, unguarded bool, log func(string)) (Observed, *TakeOverScenario, error) {
+	var s *TakeOverScenario
+	obs, err := runObserved(ctx, l, log, func(rec Recorder, afterBootstrap func() error) lifeRunner {
+		s = &TakeOverScenario{Lab: l, Recorder: rec, AfterBootstrap: afterBootstrap, Unguarded: unguarded}
+		return s
+	})
+	return obs, s, err
+}

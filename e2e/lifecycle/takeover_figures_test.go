@@ -1,0 +1,87 @@
+//go:build linux
+
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/caplb/caplb/e2e/lifecycle/observe"
+	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
+)
+
+func TestDuplicateRuns(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	kv := []string{"kv-1", "kv-2"}
+	for _, tc := range []struct {
+		name    string
+		samples []observe.HolderSample
+		runs    int
+		maxMS   float64
+	}{
+		{"kube-vip alone, then a gap, then caplb alone", []observe.HolderSample{
+			{At: at(0), Holders: []string{"kv-1"}}, {At: at(10)}, {At: at(20), Holders: []string{"cp-1"}}}, 0, 0},
+		{"caplb's own make-before-break is not a duplicate with kube-vip", []observe.HolderSample{
+			{At: at(0), Holders: []string{"cp-1", "cp-2"}}, {At: at(10), Holders: []string{"cp-2"}}}, 0, 0},
+		{"kube-vip and caplb at once, twice", []observe.HolderSample{
+			{At: at(0), Holders: []string{"kv-1"}},
+			{At: at(10), Holders: []string{"cp-1", "kv-1"}}, {At: at(20), Holders: []string{"cp-1", "kv-1"}},
+			{At: at(30), Holders: []string{"cp-1"}},
+			{At: at(40), Holders: []string{"cp-1", "kv-2"}}, {At: at(50), Holders: []string{"cp-1"}}}, 2, 20},
+		{"two kube-vips at once count too", []observe.HolderSample{
+			{At: at(0), Holders: []string{"kv-1", "kv-2"}}, {At: at(10), Holders: []string{"kv-2"}}}, 1, 10},
+		{"a failed sample is no evidence", []observe.HolderSample{
+			{At: at(0), Holders: []string{"cp-1", "kv-1"}, Err: "netlink"}, {At: at(10), Holders: []string{"cp-1"}}}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			runs, maxMS := duplicateRuns(tc.samples, kv)
+			g.Expect(runs).To(Equal(tc.runs))
+			g.Expect(maxMS).To(Equal(tc.maxMS))
+		})
+	}
+}
+
+func TestTakeOverGoals(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 22, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	kvHolds := []observe.HolderSample{{At: at(0), Holders: []string{"kv-1"}}, {At: at(10), Holders: []string{"cp-1"}}}
+	dup := []observe.HolderSample{{At: at(0), Holders: []string{"kv-1", "cp-1"}}, {At: at(1), Holders: []string{"cp-1"}}}
+	gap := 400.0
+	obsWith := func(holders []observe.HolderSample, failedAt ...time.Time) Observed {
+		o := Observed{Clients: &clients.Result{Writes: 900, StoreMatches: true, FailedWrites: len(failedAt), FailedAt: failedAt}}
+		o.Input.Timeline.Holders = holders
+		o.Result.HolderLessMSMax = &gap
+		return o
+	}
+	guarded := &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Fenced: at(0), HandOver: at(10)}
+	for _, tc := range []struct {
+		name string
+		obs  Observed
+		s    *TakeOverScenario
+		want []string // prefixes of the misses
+	}{
+		{"clean", obsWith(kvHolds), guarded, nil},
+		{"the write in flight at the hand-over", obsWith(kvHolds, at(10.3)), guarded, nil},
+		{"a write failed before the fence", obsWith(kvHolds, at(-1)), guarded, []string{"a write failed at"}},
+		{"a write failed well after the hand-over", obsWith(kvHolds, at(20)), guarded, []string{"a write failed at"}},
+		{"two writes failed", obsWith(kvHolds, at(10.1), at(10.2)), guarded, []string{"2 client-go writes failed"}},
+		{"kube-vip and caplb at once", obsWith(dup), guarded, []string{"1 intervals with kube-vip"}},
+		{"never handed over", obsWith(kvHolds), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}}, []string{"caplb never held"}},
+		{"the control shows duplicates", obsWith(dup), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Unguarded: true}, nil},
+		{"a control without duplicates proves nothing", obsWith(kvHolds), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Unguarded: true},
+			[]string{"the control (no takeOver) showed no duplicate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			missed := TakeOverGoals(tc.obs, tc.s).Missed
+			g.Expect(missed).To(HaveLen(len(tc.want)), "%q", missed)
+			for i, p := range tc.want {
+				g.Expect(missed[i]).To(HavePrefix(p))
+			}
+		})
+	}
+}
