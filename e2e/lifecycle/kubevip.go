@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"text/template"
 	"time"
 
@@ -28,6 +29,9 @@ import (
 
 // kubeVIPSecretKey is the key of kube-vip's manifest in the cluster's kube-vip bootstrap Secret.
 const kubeVIPSecretKey = "kube-vip.yaml"
+
+// kubeVIPLeaseName is kube-vip's control-plane election Lease (its default, CAPV's).
+const kubeVIPLeaseName = "plndr-cp-lock"
 
 // kubeVIPImageRepo is kube-vip's image; the lab's kubelet runs the binary built for its tag.
 const kubeVIPImageRepo = "ghcr.io/kube-vip/kube-vip"
@@ -70,6 +74,10 @@ spec:
       value: plndr-svcs-lock
     - name: prometheus_server
       value: :2112
+{{- if .KubernetesAddr }}
+    - name: kubernetes_addr
+      value: {{ .KubernetesAddr }}
+{{- end }}
     image: {{ .Image }}
     imagePullPolicy: IfNotPresent
     name: kube-vip
@@ -96,10 +104,18 @@ spec:
 status: {}
 `))
 
-// KubeVIPManifest is kube-vip's static pod for vip, at the given release.
+// KubeVIPManifest is kube-vip's static pod for vip, at the given release. From v1 on kube-vip
+// reaches the API server at its kubeconfig's server (admin.conf: the VIP, which nobody holds on
+// a new cluster's first machine) unless kubernetes_addr names another: the manifest sets it to
+// the node itself, as the hostAlias did for v0.x (found by this lab with v1.2.2: without it
+// kube-vip never took its Lease).
 func KubeVIPManifest(version string, vip netip.Addr) ([]byte, error) {
 	var b bytes.Buffer
-	err := kubeVIPManifestTemplate.Execute(&b, struct{ VIP, Image string }{vip.String(), kubeVIPImageRepo + ":" + version})
+	data := struct{ VIP, Image, KubernetesAddr string }{VIP: vip.String(), Image: kubeVIPImageRepo + ":" + version}
+	if !strings.HasPrefix(version, "v0.") {
+		data.KubernetesAddr = fmt.Sprintf("kubernetes:%d", apiPort)
+	}
+	err := kubeVIPManifestTemplate.Execute(&b, data)
 	return b.Bytes(), err
 }
 
@@ -160,7 +176,8 @@ func (l *Lab) CreateKubeVIPMachine(ctx context.Context, name string) (*clusterv1
 // sample's, its endpoint the Cluster's (kube-vip's VIP), spec.backend.arp.takeOver.kubeVIP with
 // kube-vip's Lease and its Service VIPs acknowledged (the lab has no Service of type
 // LoadBalancer). Unguarded leaves takeOver out: the swap CAPV's migration describes, a control.
-func (l *Lab) CreateTakeOverLB(ctx context.Context, unguarded bool) (*lbv1.LoadBalancer, error) {
+// leaseName, when set, names another Lease than kube-vip's (a refusal to show).
+func (l *Lab) CreateTakeOverLB(ctx context.Context, unguarded bool, leaseName string) (*lbv1.LoadBalancer, error) {
 	lb, secrets, err := lab.SampleObjects("cluster_kubeadm_arp_ipam.yaml", l.Namespace)
 	if err != nil {
 		return nil, err
@@ -169,9 +186,12 @@ func (l *Lab) CreateTakeOverLB(ctx context.Context, unguarded bool) (*lbv1.LoadB
 	lb.Spec.Quiesce.DrainPeriod = &drain
 	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: l.vip.String(), Port: apiPort}
 	lb.Spec.Backend.ARP.AddressFrom = nil
+	if leaseName == "" {
+		leaseName = kubeVIPLeaseName
+	}
 	if !unguarded {
 		lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{
-			LeaseNamespace: "kube-system", LeaseName: "plndr-cp-lock", AcknowledgeServiceVIPs: true}}
+			LeaseNamespace: "kube-system", LeaseName: leaseName, AcknowledgeServiceVIPs: true}}
 	}
 	for _, s := range secrets {
 		if err := l.Mgmt.Client.Create(ctx, s); err != nil {

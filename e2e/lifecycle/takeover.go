@@ -88,16 +88,21 @@ func (s *TakeOverScenario) Run(ctx context.Context) (Report, error) {
 	} else {
 		s.life.step("create the LoadBalancer that takes %s over from kube-vip", vip)
 	}
-	lb, err := l.CreateTakeOverLB(ctx, s.Unguarded)
+	// The guarded takeover first names another Lease than kube-vip's: the manager must refuse
+	// on kube-vip's real mirror Pods, fence nothing, and proceed once the spec is corrected.
+	wrongLease := ""
+	if !s.Unguarded {
+		wrongLease = "kube-vip-cp"
+	}
+	lb, err := l.CreateTakeOverLB(ctx, s.Unguarded, wrongLease)
 	if err != nil {
 		return rep, err
 	}
 	s.life.lbName = lb.Name
 	if !s.Unguarded {
-		if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverReadyCondition, lbv1.KubeVIPTakeOverReadyReason, endpointTimeout); err != nil {
+		if err := s.refusedThenCorrected(ctx); err != nil {
 			return rep, err
 		}
-		s.life.step("KubeVIPTakeOverReady: the manager read kube-vip's mirror Pods and allows the hand-over")
 	}
 
 	for round := 1; round <= s.Replicas; round++ {
@@ -140,6 +145,45 @@ func (s *TakeOverScenario) Run(ctx context.Context) (Report, error) {
 	}
 	s.life.step("kube-vip retired: no mirror Pod left, the fence Lease deleted")
 	return rep, nil
+}
+
+// refusedThenCorrected waits for the manager to refuse the takeover for its wrong Lease name
+// (KubeVIPLeaseMismatch, read from kube-vip's mirror Pods) with no fence written, corrects the
+// name and waits for KubeVIPTakeOverReady.
+func (s *TakeOverScenario) refusedThenCorrected(ctx context.Context) error {
+	if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverReadyCondition, lbv1.KubeVIPLeaseMismatchReason, endpointTimeout); err != nil {
+		return err
+	}
+	if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverCondition, lbv1.KubeVIPFencePendingReason, endpointTimeout); err != nil {
+		return err
+	}
+	lease := &coordv1.Lease{}
+	if err := s.Lab.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: kubeVIPLeaseName}, lease); err != nil {
+		return fmt.Errorf("kube-vip's Lease: %w", err)
+	}
+	if h := ptrString(lease.Spec.HolderIdentity); !slices.Contains(s.KubeVIPMachines, h) {
+		return fmt.Errorf("kube-vip's Lease is held by %s while the takeover is refused, not by kube-vip", h)
+	}
+	s.life.step("refused (KubeVIPLeaseMismatch: the spec names kube-system/kube-vip-cp), nothing fenced: kube-vip on %s keeps its Lease", ptrString(lease.Spec.HolderIdentity))
+	err := harness.Poll(ctx, endpointTimeout, "correct the Lease name", func(ctx context.Context) (bool, string, error) {
+		lb, err := s.Lab.LB(ctx, s.life.lbName)
+		if err != nil {
+			return false, "", err
+		}
+		lb.Spec.Backend.ARP.TakeOver.KubeVIP.LeaseName = kubeVIPLeaseName
+		if err := s.Lab.Mgmt.Client.Update(ctx, lb); err != nil {
+			return false, err.Error(), nil // a conflict with the controller's status: again
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverReadyCondition, lbv1.KubeVIPTakeOverReadyReason, endpointTimeout); err != nil {
+		return err
+	}
+	s.life.step("leaseName corrected: KubeVIPTakeOverReady, the manager read kube-vip's mirror Pods and allows the hand-over")
+	return nil
 }
 
 // Teardown is the life's: the LoadBalancer deleted, nothing of caplb's left.
@@ -219,7 +263,7 @@ func (s *TakeOverScenario) waitCondition(ctx context.Context, cond, reason strin
 // checkFenceGone checks that kube-vip's Lease no longer exists in the workload cluster.
 func (s *TakeOverScenario) checkFenceGone(ctx context.Context) error {
 	lease := &coordv1.Lease{}
-	err := s.Lab.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "plndr-cp-lock"}, lease)
+	err := s.Lab.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: kubeVIPLeaseName}, lease)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

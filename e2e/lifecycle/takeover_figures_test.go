@@ -3,10 +3,13 @@
 package lifecycle
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
 	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
@@ -57,6 +60,10 @@ func TestTakeOverGoals(t *testing.T) {
 		o.Result.HolderLessMSMax = &gap
 		return o
 	}
+	withFailure := func(o Observed, t time.Time) Observed {
+		o.Failures = append(o.Failures, observe.Sample{At: t.Add(-100 * time.Millisecond), Latency: 100 * time.Millisecond, Kind: observe.Fresh, Err: "reset"})
+		return o
+	}
 	guarded := &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Fenced: at(0), HandOver: at(10)}
 	for _, tc := range []struct {
 		name string
@@ -66,8 +73,10 @@ func TestTakeOverGoals(t *testing.T) {
 	}{
 		{"clean", obsWith(kvHolds), guarded, nil},
 		{"the write in flight at the hand-over", obsWith(kvHolds, at(10.3)), guarded, nil},
-		{"a write failed before the fence", obsWith(kvHolds, at(-1)), guarded, []string{"a write failed at"}},
-		{"a write failed well after the hand-over", obsWith(kvHolds, at(20)), guarded, []string{"a write failed at"}},
+		{"a write failed before the fence", obsWith(kvHolds, at(-1)), guarded, []string{"1 requests failed outside the hand-over"}},
+		{"a write failed well after the hand-over", obsWith(kvHolds, at(20)), guarded, []string{"1 requests failed outside the hand-over"}},
+		{"a new connection failed at the hand-over", withFailure(obsWith(kvHolds), at(10.2)), guarded, nil},
+		{"a new connection failed later", withFailure(obsWith(kvHolds), at(30)), guarded, []string{"1 requests failed outside the hand-over"}},
 		{"two writes failed", obsWith(kvHolds, at(10.1), at(10.2)), guarded, []string{"2 client-go writes failed"}},
 		{"kube-vip and caplb at once", obsWith(dup), guarded, []string{"1 intervals with kube-vip"}},
 		{"never handed over", obsWith(kvHolds), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}}, []string{"caplb never held"}},
@@ -82,6 +91,30 @@ func TestTakeOverGoals(t *testing.T) {
 			for i, p := range tc.want {
 				g.Expect(missed[i]).To(HavePrefix(p))
 			}
+		})
+	}
+}
+
+// The manifests parse as a Pod and set kubernetes_addr from v1 on only.
+func TestKubeVIPManifest(t *testing.T) {
+	vip := netip.MustParseAddr("10.44.0.100")
+	for _, tc := range []struct {
+		version, addr string
+	}{{"v0.9.1", ""}, {"v1.2.2", "kubernetes:6443"}} {
+		t.Run(tc.version, func(t *testing.T) {
+			g := NewWithT(t)
+			b, err := KubeVIPManifest(tc.version, vip)
+			g.Expect(err).NotTo(HaveOccurred())
+			pod := &corev1.Pod{}
+			g.Expect(yaml.UnmarshalStrict(b, pod)).To(Succeed())
+			c := pod.Spec.Containers[0]
+			g.Expect(c.Image).To(Equal("ghcr.io/kube-vip/kube-vip:" + tc.version))
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			g.Expect(env).To(HaveKeyWithValue("address", "10.44.0.100"))
+			g.Expect(env["kubernetes_addr"]).To(Equal(tc.addr))
 		})
 	}
 }

@@ -27,12 +27,17 @@ func TestKubeVIPTakeOverReal(t *testing.T) {
 	g := NewWithT(t)
 	dir, err := envtest.BinaryDir()
 	g.Expect(err).NotTo(HaveOccurred())
-	kv, err := envtest.KubeVIPBinary(dir, envtest.KubeVIPOldVersion)
+	// CAPLB_KUBE_VIP_VERSION picks another release make testbin builds (envtest.KubeVIPNewVersion).
+	version := envtest.KubeVIPOldVersion
+	if v := os.Getenv("CAPLB_KUBE_VIP_VERSION"); v != "" {
+		version = v
+	}
+	kv, err := envtest.KubeVIPBinary(dir, version)
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	l, err := Start(ctx, Options{Backend: ARP, Binaries: bins, Name: "lckv", APIServer: Real,
-		KubeVIP: KubeVIPOptions{Version: envtest.KubeVIPOldVersion, Binary: kv}})
+		KubeVIP: KubeVIPOptions{Version: version, Binary: kv}})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() {
 		if d := os.Getenv("CAPLB_LIFECYCLE_LOG_DIR"); d != "" {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lifecycle"
+	"github.com/caplb/caplb/e2e/lifecycle/observe"
 )
 
 // run is one takeover's record in the JSON.
@@ -116,8 +117,10 @@ func runOne(bins lifecycle.Binaries, dir, version string, unguarded bool) run {
 	}
 	defer l.Close()
 	obs, s, err := lifecycle.RunTakeOverObserved(ctx, l, unguarded, logf)
+	_ = observe.Print(os.Stdout, obs.Result)
 	if err != nil {
 		r.Error = err.Error()
+		fmt.Printf("%s kube-vip %s: %v\n%s\n", name, version, err, l.LogTail(30))
 	}
 	if s != nil {
 		r.TakeOverFigures = lifecycle.TakeOverGoals(obs, s)
