@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
+	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
 )
 
 // TakeOverFigures are what a kube-vip takeover is judged by (make bench-takeover's JSON).
@@ -36,9 +37,9 @@ type TakeOverFigures struct {
 	Missed []string `json:"-"`
 }
 
-// WindowAfterHandOver is how long after caplb first held the VIP alone a request may still
-// fail: one in flight when kube-vip dropped the VIP, reset once its retransmission reaches
-// caplb's node.
+// WindowAfterHandOver is how long after caplb first held the VIP alone a request that fails may
+// still have begun and belong to the hand-over: sent while kube-vip dropped the VIP, it is
+// reset once its retransmission reaches caplb's node, or times out.
 const WindowAfterHandOver = 3 * time.Second
 
 // TakeOverGoals computes a takeover run's figures and the goals it missed. Guarded: the
@@ -75,28 +76,32 @@ func TakeOverGoals(obs Observed, s *TakeOverScenario) TakeOverFigures {
 	if f.FailedWrites > 1 {
 		miss("%d client-go writes failed (want at most the one in flight at the hand-over)", f.FailedWrites)
 	}
-	inHandOver := func(at time.Time) bool {
-		return !s.HandOver.IsZero() && !at.Before(s.Fenced) && !at.After(s.HandOver.Add(WindowAfterHandOver))
+	// A request belongs to the hand-over when it was in flight then: it began no later than
+	// WindowAfterHandOver after caplb held the VIP alone and ended after the fence (a reset
+	// ends it at once, a timeout seconds later).
+	inHandOver := func(began, ended time.Time) bool {
+		return !s.HandOver.IsZero() && !ended.Before(s.Fenced) && !began.After(s.HandOver.Add(WindowAfterHandOver))
 	}
 	var first string
-	note := func(at time.Time, what string) {
-		if !inHandOver(at) {
+	note := func(began, ended time.Time, what string) {
+		if !inHandOver(began, ended) {
 			f.FailedOutsideHandOver++
 			if first == "" {
-				first = fmt.Sprintf("%s at %s", what, at.Format("15:04:05.000"))
+				first = fmt.Sprintf("%s, ended %s", what, ended.Format("15:04:05.000"))
 			}
 		}
 	}
 	for _, x := range obs.Failures {
 		if !x.Interrupted {
-			note(x.At.Add(x.Latency), fmt.Sprintf("%s request: %s", x.Kind, x.Err))
+			note(x.At, x.At.Add(x.Latency), fmt.Sprintf("%s request: %s", x.Kind, x.Err))
 		}
 	}
 	if c := obs.Clients; c == nil {
 		miss("client-go never ran through the VIP")
 	} else {
 		for _, at := range c.FailedAt {
-			note(at, "write: "+c.FirstFailure)
+			// The writer records when a write returned; it began at most its timeout before.
+			note(at.Add(-clients.WriteTimeout), at, "write: "+c.FirstFailure)
 		}
 	}
 	if f.FailedOutsideHandOver > 0 {

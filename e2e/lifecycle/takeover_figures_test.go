@@ -60,9 +60,12 @@ func TestTakeOverGoals(t *testing.T) {
 		o.Result.HolderLessMSMax = &gap
 		return o
 	}
-	withFailure := func(o Observed, t time.Time) Observed {
-		o.Failures = append(o.Failures, observe.Sample{At: t.Add(-100 * time.Millisecond), Latency: 100 * time.Millisecond, Kind: observe.Fresh, Err: "reset"})
+	withFailureSpan := func(o Observed, began time.Time, took time.Duration) Observed {
+		o.Failures = append(o.Failures, observe.Sample{At: began, Latency: took, Kind: observe.Fresh, Err: "failed"})
 		return o
+	}
+	withFailure := func(o Observed, t time.Time) Observed {
+		return withFailureSpan(o, t.Add(-100*time.Millisecond), 100*time.Millisecond)
 	}
 	guarded := &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Fenced: at(0), HandOver: at(10)}
 	for _, tc := range []struct {
@@ -74,7 +77,9 @@ func TestTakeOverGoals(t *testing.T) {
 		{"clean", obsWith(kvHolds), guarded, nil},
 		{"the write in flight at the hand-over", obsWith(kvHolds, at(10.3)), guarded, nil},
 		{"a write failed before the fence", obsWith(kvHolds, at(-1)), guarded, []string{"1 requests failed outside the hand-over"}},
-		{"a write failed well after the hand-over", obsWith(kvHolds, at(20)), guarded, []string{"1 requests failed outside the hand-over"}},
+		{"a write failed well after the hand-over", obsWith(kvHolds, at(40)), guarded, []string{"1 requests failed outside the hand-over"}},
+		{"a write begun at the hand-over timed out", obsWith(kvHolds, at(10+14)), guarded, nil},
+		{"a new connection begun at the hand-over timed out 5 s later", withFailureSpan(obsWith(kvHolds), at(9.9), 5*time.Second), guarded, nil},
 		{"a new connection failed at the hand-over", withFailure(obsWith(kvHolds), at(10.2)), guarded, nil},
 		{"a new connection failed later", withFailure(obsWith(kvHolds), at(30)), guarded, []string{"1 requests failed outside the hand-over"}},
 		{"two writes failed", obsWith(kvHolds, at(10.1), at(10.2)), guarded, []string{"2 client-go writes failed"}},
