@@ -5,7 +5,9 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -72,6 +74,9 @@ func (s *TakeOverScenario) Run(ctx context.Context) (Report, error) {
 			if err := s.life.waitHolders(ctx, "kube-vip on "+name+" holds "+vip.String(), func(h []string) bool {
 				return slices.Equal(h, []string{name})
 			}); err != nil {
+				return rep, err
+			}
+			if err := s.waitReachable(ctx); err != nil {
 				return rep, err
 			}
 			if s.AfterBootstrap != nil {
@@ -214,6 +219,24 @@ func (s *TakeOverScenario) addKubeVIPMachine(ctx context.Context) (string, error
 	}
 	s.life.step("%s runs kube-vip", name)
 	return name, nil
+}
+
+// waitReachable waits until a TCP connection from the client's namespace to the VIP succeeds:
+// the cluster is in use only once its endpoint answers. kube-vip announces the VIP with one
+// gratuitous ARP, then every few seconds; a client whose neighbour entry failed while nobody held
+// the VIP (the management side dials it from the same namespace) gets "no route to host" until
+// the next.
+func (s *TakeOverScenario) waitReachable(ctx context.Context) error {
+	addr := net.JoinHostPort(s.Lab.VIP().String(), strconv.Itoa(apiPort))
+	return harness.Poll(ctx, endpointTimeout, addr+" reachable from the client", func(ctx context.Context) (bool, string, error) {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c, err := s.Lab.DialClient(dctx, "tcp", addr)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", c.Close()
+	})
 }
 
 // waitHandOver waits until first, the first caplb member, holds the VIP alone: the manager
