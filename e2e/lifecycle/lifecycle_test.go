@@ -58,6 +58,7 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 		}
 		if t.Failed() {
 			t.Log(l.LogTail(40))
+			t.Logf("the agents' decisions:\n%s", l.DecisionLog())
 			// Last, so that a report showing only the output's tail still names what failed.
 			t.Logf("%s failed: %q", t.Name(), rt.failures)
 		}

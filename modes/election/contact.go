@@ -247,20 +247,22 @@ func (m *Membership) handshakeTimeout() time.Duration {
 }
 
 // handshake reports whether the gossip listener at addr completes a TCP
-// handshake within handshakeTimeout. The stream carries the label header and
-// then ends, which the peer's memberlist reads as a clean end of stream:
-// nothing is logged.
+// handshake within handshakeTimeout (kernelHandshake: the kernel is asked at
+// the deadline, not a timer). The stream carries the label header and then
+// ends, which the peer's memberlist reads as a clean end of stream: nothing
+// is logged.
 func (m *Membership) handshake(addr netip.AddrPort) bool {
-	d := net.Dialer{Timeout: m.handshakeTimeout()}
-	c, err := d.Dial("tcp", addr.String())
-	if err != nil {
-		return false
+	return kernelHandshake(addr, time.Now().Add(m.handshakeTimeout()), m.cfg.Label)
+}
+
+// sendLabel writes memberlist's label header on an established connection
+// and closes it.
+func sendLabel(c net.Conn, label string) {
+	if label != "" {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = memberlist.AddLabelHeaderToStream(c, label)
 	}
-	defer c.Close()
-	if m.cfg.Label != "" {
-		_ = memberlist.AddLabelHeaderToStream(c, m.cfg.Label)
-	}
-	return true
+	_ = c.Close()
 }
 
 func (m *Membership) markConfirmed() {
