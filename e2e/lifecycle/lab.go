@@ -30,6 +30,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -224,6 +226,18 @@ func (l *Lab) LogTail(lines int) string {
 		out += "==> " + filepath.Base(m) + "\n" + tail(string(b), lines) + "\n"
 	}
 	return out
+}
+
+// DecisionLog is every agent's decision lines (lab.MergeAgentDecisions) in time order: a failed
+// run prints them, so that a spurious claim can be explained from CI's output alone (the logs'
+// tails start after it).
+func (l *Lab) DecisionLog() string {
+	matches, _ := filepath.Glob(filepath.Join(l.net.Dir(), "*-agent.log"))
+	logs := map[string]string{}
+	for _, m := range matches {
+		logs[strings.TrimSuffix(filepath.Base(m), "-agent.log")] = m
+	}
+	return lab.MergeAgentDecisions(logs, time.Time{})
 }
 
 // SaveLogs copies every machine's and agent's log into dir (created if missing), for a run

@@ -36,26 +36,3 @@ func TestCountHolders(t *testing.T) {
 	NewWithT(t).Expect(HolderCounts{Samples: 2, NoOwner: 1}.Add(HolderCounts{Samples: 3, TwoOwners: 2})).
 		To(Equal(HolderCounts{Samples: 5, NoOwner: 1, TwoOwners: 2}))
 }
-
-func TestAgentLogDecisions(t *testing.T) {
-	for _, tc := range []struct {
-		line     string
-		decision bool
-		at       string
-	}{
-		{`{"logger":"","ts":"2026-11-27T05:42:28.995610Z","level":0,"msg":"released the VIPs","reason":"no successor announced within 5s"}`, true, "2026-11-27T05:42:28.99561Z"},
-		{`{"logger":"health","ts":"2026-11-27T05:30:56.063913Z","msg":"health check failed"}`, true, "2026-11-27T05:30:56.063913Z"},
-		{`{"logger":"election/memberlist","ts":"2026-11-27T05:30:49.604949Z","msg":"[WARN] memberlist: Refuting a suspect message (from: cp-2)"}`, false, "2026-11-27T05:30:49.604949Z"},
-		{`=== 2026-11-27T05:18:09.798744973Z exit: signal: killed`, false, ""},
-	} {
-		t.Run(tc.line[:30], func(t *testing.T) {
-			g := NewWithT(t)
-			g.Expect(isDecision(tc.line)).To(Equal(tc.decision))
-			at, ok := logTime(tc.line)
-			g.Expect(ok).To(Equal(tc.at != ""))
-			if ok {
-				g.Expect(at.Format(time.RFC3339Nano)).To(Equal(tc.at))
-			}
-		})
-	}
-}

@@ -13,14 +13,12 @@ package realcp
 import (
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -181,44 +179,15 @@ func (c *Lab) Close() error {
 // LogTail is the last lines of every process log of the lab, for a failure report.
 func (c *Lab) LogTail(lines int) string { return c.l.LogTail(lines) }
 
-// AgentLogs is the agents' log lines since since, which say why each took or let go of the VIP
-// (the benchmark prints them beside a trial that found the VIP without an owner).
+// AgentLogs is the agents' decision lines since since, in time order (lab.MergeAgentDecisions),
+// which say why each took or let go of the VIP (the benchmark prints them beside a trial that
+// found the VIP without an owner).
 func (c *Lab) AgentLogs(since time.Time) string {
-	var b strings.Builder
+	logs := map[string]string{}
 	for _, m := range c.machines {
-		f, err := os.ReadFile(c.agentLog(m))
-		if err != nil {
-			continue
-		}
-		fmt.Fprintf(&b, "==> %s-%s <==\n", m.Name, agentPod)
-		for _, line := range strings.Split(string(f), "\n") {
-			if at, ok := logTime(line); ok && !at.Before(since) && isDecision(line) {
-				b.WriteString(line + "\n")
-			}
-		}
+		logs[m.Name] = c.agentLog(m)
 	}
-	return b.String()
-}
-
-// logTime reads the agent's JSON log line's "ts".
-func logTime(line string) (time.Time, bool) {
-	var l struct {
-		TS time.Time `json:"ts"`
-	}
-	if json.Unmarshal([]byte(line), &l) != nil || l.TS.IsZero() {
-		return time.Time{}, false
-	}
-	return l.TS, true
-}
-
-// isDecision: the lines about the VIP and the agent's health, not memberlist's chatter.
-func isDecision(line string) bool {
-	for _, s := range []string{"became owner", "released the VIPs", "VIP added", "VIP released", "health check", "treated as failed", "fail-open"} {
-		if strings.Contains(line, s) {
-			return true
-		}
-	}
-	return false
+	return lab.MergeAgentDecisions(logs, since)
 }
 
 func (c *Lab) logf(format string, args ...any) {
