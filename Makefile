@@ -49,11 +49,13 @@ PARALLEL_TEST_PKGS := ./api/... ./cmd/... ./config/... ./controllers/... ./provi
 	./internal/... ./templates/... ./e2e/integration ./e2e/install ./e2e/templates ./e2e/envtest \
 	./e2e/harness ./e2e/testinfra ./e2e/testpki ./e2e/bench/controller ./e2e/bench/rollout \
 	./e2e/lifecycle/observe/clients
-# Labs that boot real control planes or whole lifecycles (load 15 on 2 cores while a member
-# boots): make test runs them last, one at a time, with nothing beside them.
+# Packages with labs that boot real control planes (load 15 on 2 cores while a member boots):
+# make test runs their SOLO_TESTS last, one at a time, with nothing beside them; their other tests
+# (stand-in lifecycles, unit tests) run with the light labs.
 SOLO_TEST_PKGS := ./e2e/lab/kubeadm ./e2e/realcp ./e2e/lifecycle
+SOLO_TESTS := ^(TestKubeadmControlPlane|TestRealControlPlane|TestLifecycleReal(ARP|BGP)|TestKubeVIPTakeOverReal)$$
 
 test: check $(TEST_DEPS) ## Run unit, integration and (as root) network-lab tests.
 	@GO='$(GO)' GOTEST_FLAGS='$(GOTEST_FLAGS)' PARALLEL_TEST_PKGS='$(PARALLEL_TEST_PKGS)' \
-	  SOLO_TEST_PKGS='$(SOLO_TEST_PKGS)' RULETEST_DIR='$(RULETEST_DIR)' CHART_TEST_DIR='$(CHART_TEST_DIR)' \
+	  SOLO_TEST_PKGS='$(SOLO_TEST_PKGS)' SOLO_TESTS='$(SOLO_TESTS)' RULETEST_DIR='$(RULETEST_DIR)' CHART_TEST_DIR='$(CHART_TEST_DIR)' \
 	  hack/test.sh

@@ -5,21 +5,21 @@
 # On 2 cores the labs spend most of their time waiting on timers, and the packages without a
 # lab need CPU, not quiet: so they run side by side, the packages without a lab at idle CPU
 # priority (chrt --idle: the kernel runs them only on cycles nothing else wants, and a lab's
-# process that wakes preempts them at once), beside the light labs. The labs that boot real
-# control planes or whole lifecycles (SOLO_TEST_PKGS: load 15 on 2 cores while a member boots)
-# start only after both, alone, so that neither they nor the idle packages' timeouts are
-# measured against the other.
+# process that wakes preempts them at once), beside the light labs. The tests that boot real
+# control planes (SOLO_TESTS of SOLO_TEST_PKGS: load 15 on 2 cores while a member boots) start
+# only after both, alone, so that neither they nor the idle packages' timeouts are measured
+# against the other.
 #
 #   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time
-#   step 2: every other package except SOLO_TEST_PKGS, one at a time (-p 1)
-#   step 3: SOLO_TEST_PKGS, one at a time, once step 1 has ended
+#   step 2: every other package, one at a time (-p 1); of SOLO_TEST_PKGS, all but SOLO_TESTS
+#   step 3: SOLO_TESTS of SOLO_TEST_PKGS, one package at a time, once step 1 has ended
 #   steps 4, 5: RULETEST_DIR and CHART_TEST_DIR, their own modules
 #
 # Environment: GO (default go), GOTEST_FLAGS (split into words, as make does).
 set -euo pipefail
 
 GO=${GO:-go}
-: "${PARALLEL_TEST_PKGS:?}" "${SOLO_TEST_PKGS:?}" "${RULETEST_DIR:?}" "${CHART_TEST_DIR:?}"
+: "${PARALLEL_TEST_PKGS:?}" "${SOLO_TEST_PKGS:?}" "${SOLO_TESTS:?}" "${RULETEST_DIR:?}" "${CHART_TEST_DIR:?}"
 read -r -a flags <<<"${GOTEST_FLAGS:-}"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/caplb-test-XXXXXX")
@@ -59,6 +59,9 @@ echo "go test, step 2 of 5: $(count "$labs") packages with light network labs, o
 	"binaries built once into $CAPLB_LAB_BINDIR)"
 rc2=0
 "$GO" test -count=1 -p 1 -timeout 40m "${flags[@]}" $labs || rc2=$?
+echo "go test, step 2 of 5, continued: the tests of $(count "$solo") packages with real control-plane" \
+	"labs that boot none (all but $SOLO_TESTS)"
+"$GO" test -count=1 -p 1 -timeout 40m -skip "$SOLO_TESTS" "${flags[@]}" $solo || rc2=$?
 
 if kill -0 "$bg" 2>/dev/null; then
 	echo "go test: waiting for step 1 to end"
@@ -73,9 +76,9 @@ if [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ]; then
 	exit 1
 fi
 
-echo "go test, step 3 of 5: $(count "$solo") packages whose labs boot real control planes or whole" \
-	"lifecycles, one at a time, alone"
-"$GO" test -count=1 -p 1 -timeout 40m "${flags[@]}" $solo
+echo "go test, step 3 of 5: the tests that boot real control planes ($SOLO_TESTS), one package at" \
+	"a time, alone"
+"$GO" test -count=1 -p 1 -timeout 40m -run "$SOLO_TESTS" "${flags[@]}" $solo
 
 echo "go test, step 4 of 5: $RULETEST_DIR/... (its own module)"
 (cd "$RULETEST_DIR" && "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...)
