@@ -24,15 +24,32 @@ import (
 // Machines takes seconds, not minutes; still longer than a request.
 const labDrainPeriod = 2 * time.Second
 
+// sampleFile is the sample the lab runs behind backend.
+func sampleFile(backend Backend) string {
+	if backend == BGP {
+		return "cluster_kubeadm_bgp.yaml"
+	}
+	return "cluster_kubeadm_arp_ipam.yaml"
+}
+
+// SampleBusyDrain is the agent's busyDrain in backend's sample: what the real control plane's
+// lab renders (the stand-ins leave it out, see CreateCluster).
+func SampleBusyDrain(backend Backend) (time.Duration, error) {
+	lb, _, err := lab.SampleObjects(sampleFile(backend), "default")
+	if err != nil {
+		return 0, err
+	}
+	if v := lb.Spec.Backend.VIP(); v != nil && v.Agent.Timers != nil && v.Agent.Timers.BusyDrain != nil {
+		return v.Agent.Timers.BusyDrain.Duration, nil
+	}
+	return 0, nil
+}
+
 // CreateCluster creates the Cluster (its control plane: the Machines with the control-plane
 // label), its kubeconfig Secret pointing at the workload API server, and the sample's
 // LoadBalancer with its VIP from the lab's pool. It returns the LoadBalancer.
 func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
-	sample := "cluster_kubeadm_arp_ipam.yaml"
-	if l.opts.Backend == BGP {
-		sample = "cluster_kubeadm_bgp.yaml"
-	}
-	lb, secrets, err := lab.SampleObjects(sample, l.Namespace)
+	lb, secrets, err := lab.SampleObjects(sampleFile(l.opts.Backend), l.Namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -94,11 +94,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 			l = nil
 		}
 	}()
-	sample := "cluster_kubeadm_arp_ipam.yaml"
-	if opts.Backend == BGP {
-		sample = "cluster_kubeadm_bgp.yaml"
-	}
-	cluster, files, err := sampleFiles(sample)
+	cluster, files, err := sampleFiles(sampleFile(opts.Backend))
 	if err != nil {
 		return l, err
 	}
@@ -119,7 +115,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		vip: func() string { return l.vip.String() }, clusterName: cluster, scheme: l.Mgmt.Scheme}
 	if opts.APIServer == Real {
 		// The workload cluster is the control plane the machines run: nothing to start yet.
-		if l.real, err = newRealCP(l.net.Dir(), opts.Binaries.Podrun, sample); err != nil {
+		if l.real, err = newRealCP(l.net.Dir(), opts.Binaries.Podrun, sampleFile(opts.Backend)); err != nil {
 			return l, err
 		}
 		deps.real = l.real
@@ -134,7 +130,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		if err != nil {
 			return l, err
 		}
-		goaway, err := sampleGoawayChance(sample)
+		goaway, err := sampleGoawayChance(sampleFile(opts.Backend))
 		if err != nil {
 			return l, err
 		}

@@ -130,11 +130,14 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 	if backend == ARP {
 		// The sample's agent drain is 5 s (goaway-chance needs the time); a hand-over adds the
 		// gossip of the claim and up to 300 ms for busy connections to answer before the reset.
-		// On a real control plane the old owner also keeps its VIP (quiet) for up to busyDrain
-		// (20 s) while its connections carry requests, until kube-apiserver's GOAWAY moved them.
+		// On a real control plane the old owner also keeps its VIP (quiet) for up to the
+		// sample's busyDrain while its connections carry requests, until kube-apiserver's
+		// GOAWAY moved them.
 		bound := 6500.0
 		if api == Real {
-			bound += 20_000
+			busy, err := SampleBusyDrain(backend)
+			g.Expect(err).NotTo(HaveOccurred())
+			bound += float64(busy.Milliseconds())
 		}
 		g.Expect(*r.DualOwnerMSMax).To(BeNumerically("<", bound), "two holders only within a hand-over's drain")
 	}
