@@ -11,24 +11,48 @@
 # against the other.
 #
 #   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time
-#   step 2: every other package, one at a time (-p 1); of SOLO_TEST_PKGS, all but SOLO_TESTS
+#   step 2: every other package, one at a time; of SOLO_TEST_PKGS, all but SOLO_TESTS
 #   step 3: SOLO_TESTS of SOLO_TEST_PKGS, one package at a time, once step 1 has ended
 #   steps 4, 5: RULETEST_DIR and CHART_TEST_DIR, their own modules
 #
-# Environment: GO (default go), GOTEST_FLAGS (split into words, as make does).
+# The test binaries of steps 2 and 3 are linked ahead, in the background at idle priority, in the
+# order they run (`go test -c`), and run from there: linked by `go test -p 1`, each of the 28
+# packages spent 10-20 s linking in the foreground, between two labs, with the cores otherwise
+# idle; the SOLO packages were linked twice. A lab's run waits only for its own binary.
+#
+# Environment: GO (default go), GOTEST_FLAGS (split into words, as make does; test flags such as
+# -run, -skip, -v go to the test binaries as -test.<flag>, build flags such as -race, -tags to
+# `go test -c`).
 set -euo pipefail
 
 GO=${GO:-go}
 : "${PARALLEL_TEST_PKGS:?}" "${SOLO_TEST_PKGS:?}" "${SOLO_TESTS:?}" "${RULETEST_DIR:?}" "${CHART_TEST_DIR:?}"
 read -r -a flags <<<"${GOTEST_FLAGS:-}"
+# flags split for the prelinked binaries: build flags to `go test -c`, the rest to the binary.
+buildflags=()
+testflags=()
+for f in "${flags[@]}"; do
+	case "$f" in
+	-race | -msan | -asan | -cover | -tags=* | -covermode=* | -coverpkg=* | -gcflags=* | -ldflags=* | -trimpath | -mod=*)
+		buildflags+=("$f") ;;
+	-test.*) testflags+=("$f") ;;
+	-*) testflags+=("-test.${f#-}") ;;
+	*) testflags+=("$f") ;; # the value of the flag before it (-run Foo)
+	esac
+done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/caplb-test-XXXXXX")
 bg=""
-cleanup() {
-	if [ -n "$bg" ] && kill -0 "$bg" 2>/dev/null; then
-		kill -- "-$bg" 2>/dev/null || kill "$bg" 2>/dev/null || true
-		wait "$bg" 2>/dev/null || true
+linker=""
+stopgroup() {
+	if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then
+		kill -- "-$1" 2>/dev/null || kill "$1" 2>/dev/null || true
+		wait "$1" 2>/dev/null || true
 	fi
+}
+cleanup() {
+	stopgroup "$bg"
+	stopgroup "$linker"
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -55,13 +79,83 @@ set -m
 bg=$!
 set +m
 
+# The prelinker: steps 2 and 3's test binaries, in the order they run, into $work/tests/<n>.test;
+# <n>.done says the link ended (with <n>.log holding what it printed when it failed).
+tests="$work/tests"
+mkdir -p "$tests"
+mapfile -t ordered < <(printf '%s\n' $labs $solo)
+set -m
+(
+	for i in "${!ordered[@]}"; do
+		# The first at normal priority: no lab runs before it, and step 1 waits.
+		prio=("${idle[@]}")
+		[ "$i" -eq 0 ] && prio=()
+		if ! "${prio[@]}" "$GO" test -c -o "$tests/$i.test" "${buildflags[@]}" "${ordered[$i]}" >"$tests/$i.log" 2>&1; then
+			echo failed >"$tests/$i.failed"
+		fi
+		touch "$tests/$i.done"
+	done
+) &
+linker=$!
+set +m
+
+# runpkg index pkg [test flags...] runs a prelinked test binary in its package's directory, as
+# go test does, and prints go test's summary line.
+runpkg() {
+	local i=$1 pkg=$2
+	shift 2
+	while [ ! -e "$tests/$i.done" ]; do
+		if ! kill -0 "$linker" 2>/dev/null && [ ! -e "$tests/$i.done" ]; then
+			echo "FAIL	$pkg [the prelinker stopped before linking it]"
+			return 1
+		fi
+		sleep 0.2
+	done
+	if [ -e "$tests/$i.failed" ]; then
+		cat "$tests/$i.log"
+		echo "FAIL	$pkg [build failed]"
+		return 1
+	fi
+	if [ ! -x "$tests/$i.test" ]; then
+		echo "?   	$pkg	[no test files]"
+		return 0
+	fi
+	local dir start rc=0
+	dir=$("$GO" list -f '{{.Dir}}' "$pkg")
+	start=$(date +%s%N)
+	(cd "$dir" && "$tests/$i.test" -test.count=1 -test.timeout=40m -test.paniconexit0 "$@" "${testflags[@]}") || rc=$?
+	local ms=$((($(date +%s%N) - start) / 1000000))
+	local secs
+	secs=$(printf '%d.%03ds' $((ms / 1000)) $((ms % 1000)))
+	if [ "$rc" -eq 0 ]; then
+		printf 'ok  \t%s\t%s\n' "$pkg" "$secs"
+	else
+		printf 'FAIL\t%s\t%s\n' "$pkg" "$secs"
+	fi
+	return "$rc"
+}
+# index of a package in ordered
+indexof() {
+	local i
+	for i in "${!ordered[@]}"; do
+		if [ "${ordered[$i]}" = "$1" ]; then
+			echo "$i"
+			return
+		fi
+	done
+}
+
 echo "go test, step 2 of 5: $(count "$labs") packages with light network labs, one at a time (lab" \
-	"binaries built once into $CAPLB_LAB_BINDIR)"
+	"binaries built once into $CAPLB_LAB_BINDIR; test binaries linked ahead into $tests)"
 rc2=0
-"$GO" test -count=1 -p 1 -timeout 40m "${flags[@]}" $labs || rc2=$?
+for pkg in $labs; do
+	runpkg "$(indexof "$pkg")" "$pkg" || rc2=1
+done
 echo "go test, step 2 of 5, continued: the tests of $(count "$solo") packages with real control-plane" \
 	"labs that boot none (all but $SOLO_TESTS)"
-"$GO" test -count=1 -p 1 -timeout 40m -skip "$SOLO_TESTS" "${flags[@]}" $solo || rc2=$?
+for pkg in $solo; do
+	runpkg "$(indexof "$pkg")" "$pkg" -test.skip "$SOLO_TESTS" || rc2=1
+done
 
 if kill -0 "$bg" 2>/dev/null; then
 	echo "go test: waiting for step 1 to end"
@@ -78,7 +172,14 @@ fi
 
 echo "go test, step 3 of 5: the tests that boot real control planes ($SOLO_TESTS), one package at" \
 	"a time, alone"
-"$GO" test -count=1 -p 1 -timeout 40m -run "$SOLO_TESTS" "${flags[@]}" $solo
+rc3=0
+for pkg in $solo; do
+	runpkg "$(indexof "$pkg")" "$pkg" -test.run "$SOLO_TESTS" || rc3=1
+done
+if [ "$rc3" -ne 0 ]; then
+	echo "go test: step 3 failed" >&2
+	exit 1
+fi
 
 echo "go test, step 4 of 5: $RULETEST_DIR/... (its own module)"
 (cd "$RULETEST_DIR" && "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...)
