@@ -123,7 +123,7 @@ func (r *LoadBalancerReconciler) ensure(ctx context.Context, s *scope, members [
 		for _, c := range es.Conditions {
 			conditions.Set(lb, c)
 		}
-		if a := lb.Spec.Backend.ARP; a == nil || a.TakeOver == nil {
+		if lb.Spec.Backend.TakeOver() == nil {
 			// The takeover's conditions describe a spec field; without the field they would be
 			// stale. KubeVIPTakeOver stays while the backend still reports it: the fence it wrote
 			// is not deleted yet, and the condition names it for the retry.

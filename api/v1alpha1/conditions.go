@@ -153,19 +153,19 @@ const (
 	WaitingForAgentsReason = "WaitingForAgents"
 )
 
-// The condition and reasons of a takeover from kube-vip (spec.backend.arp.takeOver.kubeVIP).
+// The condition and reasons of a takeover from kube-vip (spec.backend.<arp|bgp>.takeOver.kubeVIP).
 // The manager reads kube-vip's mirror Pods (kube-system/kube-vip-<node>) in the workload cluster
 // and judges the configuration kube-vip runs with, from the Pods' env and args as kube-vip itself
 // reads them. Each False reason names one setting that makes a hand-over unsafe or impossible;
 // the message names the Pods, the setting and the fix. See docs/migrate-from-kube-vip.md.
 const (
-	// KubeVIPTakeOverReadyCondition is set only with spec.backend.arp.takeOver.kubeVIP: True
+	// KubeVIPTakeOverReadyCondition is set only with spec.backend.<arp|bgp>.takeOver.kubeVIP: True
 	// when every kube-vip mirror Pod runs a configuration caplb can take the VIP over from (its
 	// message names the Lease and the nodes), False with a reason below when not, Unknown while
 	// the Pods cannot be read.
 	KubeVIPTakeOverReadyCondition = "KubeVIPTakeOverReady"
-	// KubeVIPTakeOverReadyReason: kube-vip serves the VIP from ARP with Lease election, and
-	// nothing in its configuration stands in the way.
+	// KubeVIPTakeOverReadyReason: kube-vip serves the VIP in the backend's mode (ARP with Lease
+	// election; BGP with or without it), and nothing in its configuration stands in the way.
 	KubeVIPTakeOverReadyReason = "KubeVIPTakeOverReady"
 	// KubeVIPPodsUnreadableReason (Unknown): the workload cluster's Pods cannot be read yet (no
 	// connection, or RBAC); the message carries the error.
@@ -187,44 +187,67 @@ const (
 	// LoadBalancer's VIP (spec.endpoint.host), or is a DNS name or several addresses.
 	KubeVIPAddressMismatchReason = "KubeVIPAddressMismatch"
 	// KubeVIPBGPEnabledReason: kube-vip announces the VIP by BGP (bgp_enable); the arp backend
-	// takes over an ARP VIP only.
+	// takes over an ARP VIP only (spec.backend.bgp.takeOver takes over a BGP one).
 	KubeVIPBGPEnabledReason = "KubeVIPBGPEnabled"
+	// KubeVIPBGPDisabledReason: bgp_enable is not true under spec.backend.bgp.takeOver: kube-vip
+	// does not announce the VIP by BGP (an ARP kube-vip is taken over by spec.backend.arp).
+	KubeVIPBGPDisabledReason = "KubeVIPBGPDisabled"
+	// KubeVIPModeAmbiguousReason: vip_arp and bgp_enable are both true under
+	// spec.backend.bgp.takeOver. kube-vip v0.x then announces by BGP and also sends gratuitous
+	// ARP for the VIP, v1.x runs in ARP mode only: which one a Pod runs is not known from its
+	// manifest, and clients that reach the VIP by ARP would lose it with kube-vip.
+	KubeVIPModeAmbiguousReason = "KubeVIPModeAmbiguous"
+	// KubeVIPPeersMismatchReason: under spec.backend.bgp.takeOver, a router kube-vip announces
+	// the VIP to (bgp_peers, bgp_peeraddress) is not in spec.backend.bgp.peers, or with another
+	// AS, or kube-vip names no router the manager can read: clients behind that router would
+	// lose the VIP when kube-vip withdraws, since no caplb member announces it there.
+	KubeVIPPeersMismatchReason = "KubeVIPPeersMismatch"
 	// KubeVIPARPDisabledReason: vip_arp is not true: kube-vip does not answer ARP for the VIP.
 	KubeVIPARPDisabledReason = "KubeVIPARPDisabled"
-	// KubeVIPLeaderElectionDisabledReason: vip_leaderelection is not true: there is no Lease
-	// to fence kube-vip with.
+	// KubeVIPLeaderElectionDisabledReason: vip_leaderelection is not true under
+	// spec.backend.arp.takeOver: there is no Lease to fence kube-vip with. (A BGP kube-vip
+	// without it is allowed: every node announces, and caplb's members announce beside it.)
 	KubeVIPLeaderElectionDisabledReason = "KubeVIPLeaderElectionDisabled"
 	// KubeVIPEtcdElectionReason: kube-vip elects through etcd (--leaderElectionType etcd), not
 	// a Kubernetes Lease: the manager cannot fence it. Not supported.
 	KubeVIPEtcdElectionReason = "KubeVIPEtcdElection"
 	// KubeVIPLeaseMismatchReason: kube-vip elects on another Lease than
-	// spec.backend.arp.takeOver.kubeVIP names; a fence there would not stop it.
+	// spec.backend.<arp|bgp>.takeOver.kubeVIP names; a fence there would not stop it.
 	KubeVIPLeaseMismatchReason = "KubeVIPLeaseMismatch"
-	// KubeVIPPreserveOnLeadershipLossReason: vip_preserve_on_leadership_loss is true: a fenced
-	// kube-vip keeps the VIP on its interface, so two nodes would hold it. Not supported.
+	// KubeVIPPreserveOnLeadershipLossReason: vip_preserve_on_leadership_loss is true under
+	// spec.backend.arp.takeOver: a fenced kube-vip keeps the VIP on its interface, so two nodes
+	// would hold it. Not supported. (Not judged under BGP: the routers follow the announcements,
+	// not the address.)
 	KubeVIPPreserveOnLeadershipLossReason = "KubeVIPPreserveOnLeadershipLoss"
 	// KubeVIPServiceVIPsReason: svc_enable is true (CAPV's template sets it) and
-	// spec.backend.arp.takeOver.kubeVIP.acknowledgeServiceVIPs is not: kube-vip's Service VIPs
+	// spec.backend.<arp|bgp>.takeOver.kubeVIP.acknowledgeServiceVIPs is not: kube-vip's Service VIPs
 	// would go with it.
 	KubeVIPServiceVIPsReason = "KubeVIPServiceVIPs"
 )
 
 // The hand-over's phase, once the check allows it: the fence Lease the manager writes in the
 // workload cluster under kube-vip's election Lease, so that every kube-vip steps down and stays a
-// follower, and its retirement. See docs/migrate-from-kube-vip.md.
+// follower, and its retirement; or, for a BGP kube-vip without Lease election, the overlap until
+// its nodes are gone. See docs/migrate-from-kube-vip.md.
 const (
-	// KubeVIPTakeOverCondition is set with spec.backend.arp.takeOver.kubeVIP (and, after the
-	// field is removed, until the fence it wrote is gone): True once kube-vip is retired, False
-	// while the hand-over waits or runs, Unknown while the fence cannot be read or written. Its
-	// message names the fence Lease (namespace/name).
+	// KubeVIPTakeOverCondition is set with spec.backend.<arp|bgp>.takeOver.kubeVIP (and, after
+	// the field is removed, until the fence it wrote is gone): True once kube-vip is retired,
+	// False while the hand-over waits or runs, Unknown while the fence cannot be read or written.
+	// Its message names the fence Lease (namespace/name).
 	KubeVIPTakeOverCondition = "KubeVIPTakeOver"
 	// KubeVIPFencePendingReason (False): no fence yet: KubeVIPTakeOverReady is not True, or no
 	// caplb member is active, so kube-vip keeps the VIP.
 	KubeVIPFencePendingReason = "KubeVIPFencePending"
 	// KubeVIPFencedReason (False): the manager holds kube-vip's Lease under caplb's name and
 	// renews it while a kube-vip mirror Pod exists; kube-vip's leader drops the VIP within its
-	// renew deadline, and caplb's owner claims it once nobody answers ARP for it.
+	// renew deadline (BGP: withdraws its route), and caplb's owner claims it once nobody answers
+	// ARP for it (BGP: caplb's members announce already).
 	KubeVIPFencedReason = "KubeVIPFenced"
+	// KubeVIPOverlappingReason (False): a BGP kube-vip without Lease election: every kube-vip node
+	// announces the VIP beside caplb's members, and the routers spread connections across both.
+	// Nothing is fenced (nothing caplb writes makes kube-vip withdraw); each kube-vip node
+	// withdraws as its Machine goes.
+	KubeVIPOverlappingReason = "KubeVIPOverlapping"
 	// KubeVIPFenceHeldReason (False): the Lease is held, unexpired, by someone that is neither
 	// kube-vip on one of its nodes nor this LoadBalancer (another LoadBalancer's fence, another
 	// tool); the manager does not take it.
@@ -233,8 +256,8 @@ const (
 	// conflict with kube-vip's own renewal, RBAC, the API unreachable); retried on the next
 	// reconcile. The message carries the error.
 	KubeVIPFenceFailedReason = "KubeVIPFenceFailed"
-	// KubeVIPRetiredReason (True): no kube-vip mirror Pod is left and the fence is deleted: caplb
-	// serves the VIP alone; spec.backend.arp.takeOver can be removed.
+	// KubeVIPRetiredReason (True): no kube-vip mirror Pod is left and the fence, if any, is
+	// deleted: caplb serves the VIP alone; spec.backend.<arp|bgp>.takeOver can be removed.
 	KubeVIPRetiredReason = "KubeVIPRetired"
 )
 

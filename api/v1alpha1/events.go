@@ -67,11 +67,12 @@ const (
 	// Warning because caplb overwrote a Cluster's endpoint, which it otherwise never does.
 	EventClusterEndpointMoved = "ClusterEndpointMoved"
 	// EventKubeVIPFenced (Normal): the manager wrote the fence Lease over kube-vip's election
-	// Lease (spec.backend.arp.takeOver.kubeVIP); kube-vip lets go of the VIP.
+	// Lease (spec.backend.<arp|bgp>.takeOver.kubeVIP); kube-vip lets go of the VIP.
 	EventKubeVIPFenced = "KubeVIPFenced"
-	// EventKubeVIPRetired (Normal): no kube-vip mirror Pod is left; the manager deleted the fence.
+	// EventKubeVIPRetired (Normal): no kube-vip mirror Pod is left; the manager deleted the fence
+	// (if it wrote one).
 	EventKubeVIPRetired = "KubeVIPRetired"
-	// EventKubeVIPFenceRemoved (Normal): spec.backend.arp.takeOver was removed before kube-vip
+	// EventKubeVIPFenceRemoved (Normal): spec.backend.<arp|bgp>.takeOver was removed before kube-vip
 	// retired; the manager deleted its fence and kube-vip elects a leader again (rollback).
 	EventKubeVIPFenceRemoved = "KubeVIPFenceRemoved"
 

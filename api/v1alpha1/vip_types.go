@@ -26,32 +26,47 @@ type ARPBackend struct {
 	// can only move to caplb by keeping its VIP (its certificates and every kubeconfig name it),
 	// and two speakers on one address must be ordered. The manager first checks that the running
 	// manager's configuration allows a hand-over and reports why not in the KubeVIPTakeOverReady
-	// condition. Requires spec.endpoint.host set to the VIP and spec.clusterName. See
-	// docs/migrate-from-kube-vip.md (parts of the hand-over are not implemented yet).
+	// condition; the agents claim the VIP only once nobody answers ARP for it. Requires
+	// spec.endpoint.host set to the VIP and spec.clusterName. See docs/migrate-from-kube-vip.md.
 	// +optional
-	TakeOver *ARPTakeOver `json:"takeOver,omitempty"`
+	TakeOver *TakeOver `json:"takeOver,omitempty"`
 }
 
-// ARPTakeOver names the VIP manager caplb takes the VIP over from. Exactly one member is set.
+// TakeOver names the VIP manager caplb takes the VIP over from (spec.backend.arp.takeOver,
+// spec.backend.bgp.takeOver). Exactly one member is set.
 // +kubebuilder:validation:MinProperties=1
 // +kubebuilder:validation:MaxProperties=1
-type ARPTakeOver struct {
+type TakeOver struct {
 	// kubeVIP: kube-vip runs as a static pod on the control-plane nodes (KubeadmControlPlane
-	// files, as CAPV's templates inject it), in ARP mode with Kubernetes Lease election. The
-	// manager reads its mirror Pods (kube-system/kube-vip-<node>) in the workload cluster.
+	// files, as CAPV's templates inject it), in the backend's mode: ARP with Kubernetes Lease
+	// election under spec.backend.arp, BGP (with or without Lease election) under
+	// spec.backend.bgp. The manager reads its mirror Pods (kube-system/kube-vip-<node>) in the
+	// workload cluster.
 	// +optional
 	KubeVIP *KubeVIPTakeOver `json:"kubeVIP,omitempty"`
+}
+
+// TakeOver returns spec.backend.<arp|bgp>.takeOver, nil for other backends and when unset.
+func (b Backend) TakeOver() *TakeOver {
+	switch {
+	case b.ARP != nil:
+		return b.ARP.TakeOver
+	case b.BGP != nil:
+		return b.BGP.TakeOver
+	}
+	return nil
 }
 
 // KubeVIPTakeOver describes the kube-vip deployment caplb takes the VIP over from.
 type KubeVIPTakeOver struct {
 	// leaseNamespace of kube-vip's control-plane election Lease (kube-vip's cp_namespace). The
 	// manager refuses when kube-vip's mirror Pods elect on another Lease: a fence on the wrong
-	// Lease would not stop kube-vip. Default kube-system.
+	// Lease would not stop kube-vip. Default kube-system. Not judged for a BGP kube-vip without
+	// Lease election (vip_leaderelection false), which has no Lease.
 	// +optional
 	// +kubebuilder:default=kube-system
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.backend.arp.takeOver.kubeVIP.leaseNamespace must be a namespace name: lower-case letters, digits and '-', like kube-system"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="spec.backend.<arp|bgp>.takeOver.kubeVIP.leaseNamespace must be a namespace name: lower-case letters, digits and '-', like kube-system"
 	LeaseNamespace string `json:"leaseNamespace,omitempty"`
 
 	// leaseName of kube-vip's control-plane election Lease (kube-vip's vip_leasename), for the
@@ -59,7 +74,7 @@ type KubeVIPTakeOver struct {
 	// +optional
 	// +kubebuilder:default=plndr-cp-lock
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.backend.arp.takeOver.kubeVIP.leaseName must be a Lease name: lower-case letters, digits, '-' and '.', like plndr-cp-lock"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="spec.backend.<arp|bgp>.takeOver.kubeVIP.leaseName must be a Lease name: lower-case letters, digits, '-' and '.', like plndr-cp-lock"
 	LeaseName string `json:"leaseName,omitempty"`
 
 	// acknowledgeServiceVIPs accepts that kube-vip's Service VIPs (svc_enable "true", which
@@ -102,6 +117,7 @@ const (
 // BGPBackend serves the endpoint on a virtual IP that every healthy member announces to its
 // routers as a /32 (/128); the routers spread connections by ECMP. See docs/backends/bgp.md.
 // +kubebuilder:validation:XValidation:rule="!has(self.peers) || self.peers.all(p, self.peers.exists_one(q, q.address == p.address))",message="spec.backend.bgp.peers[].address must be unique: list each router once"
+// +kubebuilder:validation:XValidation:rule="!has(self.takeOver) || !has(self.addressFrom)",message="spec.backend.bgp.takeOver cannot be used with spec.backend.bgp.addressFrom: the VIP taken over is the Cluster's existing endpoint, which no pool allocates; remove addressFrom and set spec.endpoint.host to that address",fieldPath=".takeOver"
 type BGPBackend struct {
 	VIPBackend `json:",inline"`
 
@@ -126,6 +142,19 @@ type BGPBackend struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=32
 	Communities []string `json:"communities,omitempty"`
+
+	// takeOver says that kube-vip announces this LoadBalancer's VIP by BGP today and caplb is to
+	// take the address over from it (see spec.backend.arp.takeOver for why a cluster keeps its
+	// VIP). BGP needs no order between the two speakers: while kube-vip's nodes and caplb's
+	// members announce the same /32 to the same routers, the routers spread connections by ECMP
+	// across API servers of the same cluster, so caplb's members announce as soon as they are
+	// healthy. The manager checks kube-vip's configuration (KubeVIPTakeOverReady), including that
+	// every router kube-vip announces to is in peers. With kube-vip's Lease election it fences
+	// kube-vip's Lease once a caplb member is active, and kube-vip's leader withdraws; without
+	// it every kube-vip node announces until its Machine goes. Requires spec.endpoint.host set to
+	// the VIP and spec.clusterName. See docs/migrate-from-kube-vip.md.
+	// +optional
+	TakeOver *TakeOver `json:"takeOver,omitempty"`
 }
 
 // BGPPeer is one router.

@@ -195,7 +195,29 @@ func testAdmission(t *testing.T, s *suite) {
 		{"kube-vip lease name not a name", func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"takeOver": map[string]any{"kubeVIP": map[string]any{"leaseName": "kube-system/plndr-cp-lock"}}}}
-		}, []string{"spec.backend.arp.takeOver.kubeVIP.leaseName must be a Lease name"}},
+		}, []string{"spec.backend.arp.takeOver.kubeVIP.leaseName", "takeOver.kubeVIP.leaseName must be a Lease name"}},
+		{"bgp kube-vip takeover from a pool", func(s map[string]any) {
+			delete(s, "endpoint")
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers":       []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500)}},
+				"takeOver":    map[string]any{"kubeVIP": map[string]any{}},
+				"addressFrom": map[string]any{"poolRef": map[string]any{"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}}}}
+		}, []string{"spec.backend.bgp.takeOver cannot be used with spec.backend.bgp.addressFrom", "set spec.endpoint.host to that address",
+			"spec.endpoint.host must be set to the VIP with spec.backend.bgp.takeOver"}},
+		{"bgp kube-vip takeover without a Cluster", func(s map[string]any) {
+			delete(s, "clusterName")
+			s["targetKind"] = map[string]any{"apiGroup": "", "kind": "Node"}
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers":    []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500)}},
+				"takeOver": map[string]any{"kubeVIP": map[string]any{}}}}
+		}, []string{"spec.clusterName is required with spec.backend.bgp.takeOver"}},
+		{"bgp takeover naming no VIP manager", func(s map[string]any) {
+			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
+			s["backend"] = map[string]any{"bgp": map[string]any{"asn": int64(64512),
+				"peers":    []any{map[string]any{"address": "10.0.0.1", "asn": int64(64500)}},
+				"takeOver": map[string]any{}}}
+		}, []string{"spec.backend.bgp.takeOver"}},
 		{"arp load balancing not a mode", func(s map[string]any) {
 			s["endpoint"] = map[string]any{"host": "10.0.0.10"}
 			s["backend"] = map[string]any{"arp": map[string]any{"loadBalancing": "roundrobin"}}
@@ -407,6 +429,11 @@ func testAdmissionAcceptsGoodValues(t *testing.T, s *suite) {
 		{"kube-vip takeover with defaults", vip("10.0.0.10", map[string]any{"arp": map[string]any{"takeOver": map[string]any{"kubeVIP": map[string]any{}}}})},
 		{"kube-vip takeover spelled out", vip("fd00::10", map[string]any{"arp": map[string]any{"takeOver": map[string]any{"kubeVIP": map[string]any{
 			"leaseNamespace": "kube-vip", "leaseName": "plndr-cp-lock.v2", "acknowledgeServiceVIPs": true}}}})},
+		{"bgp kube-vip takeover", vip("10.0.0.10", func() map[string]any {
+			b := peer(nil)
+			b["bgp"].(map[string]any)["takeOver"] = map[string]any{"kubeVIP": map[string]any{"leaseName": "plndr-cp-lock", "acknowledgeServiceVIPs": true}}
+			return b
+		}())},
 		{"bgp timers", vip("10.0.0.10", peer(map[string]any{"holdTime": "3s", "keepaliveTime": "1s", "connectRetry": "1m"}))},
 		{"bgp keepalive below the default hold time", vip("10.0.0.10", peer(map[string]any{"keepaliveTime": "3s"}))},
 		{"bgp BFD", vip("10.0.0.10", peer(map[string]any{"bfd": map[string]any{"minRx": "300ms", "minTx": "100ms", "multiplier": int64(3)}}))},

@@ -190,7 +190,7 @@ func (l *Lab) CreateTakeOverLB(ctx context.Context, unguarded bool, leaseName st
 		leaseName = kubeVIPLeaseName
 	}
 	if !unguarded {
-		lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{
+		lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{
 			LeaseNamespace: "kube-system", LeaseName: leaseName, AcknowledgeServiceVIPs: true}}
 	}
 	for _, s := range secrets {

@@ -29,7 +29,7 @@ var fenceKeyDefault = client.ObjectKey{Namespace: "kube-system", Name: "plndr-cp
 // KubeVIPTakeOver reason a previous reconcile recorded ("" for none).
 func takeOverLB(ack bool, prev string) *lbv1.LoadBalancer {
 	lb := arpLB()
-	lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{AcknowledgeServiceVIPs: ack}}
+	lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{AcknowledgeServiceVIPs: ack}}
 	withPrev(lb, prev)
 	return lb
 }

@@ -88,7 +88,7 @@ func TestDesiredFence(t *testing.T) {
 func TestFenceKey(t *testing.T) {
 	withSpec := func(ns, name string) *lbv1.LoadBalancer {
 		lb := arpLB()
-		lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseNamespace: ns, LeaseName: name}}
+		lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseNamespace: ns, LeaseName: name}}
 		return lb
 	}
 	withCondition := func(msg string) *lbv1.LoadBalancer {

@@ -180,7 +180,7 @@ func TestQuiesceKubeVIPMachineWaitsForCaplbHolder(t *testing.T) {
 			b, c, lb, clk := quiesceEnv(t)
 			lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: time.Nanosecond}
 			if tc.takeOver {
-				lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
+				lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
 			}
 			ctx := context.Background()
 			g.Expect(c.Create(ctx, readyNode("old-1"))).To(Succeed())

@@ -201,26 +201,26 @@ func TestValidateNamesFields(t *testing.T) {
 			lb.Spec.Backend.ARP.Agent.Timers = &lbv1.AgentTimers{BusyDrain: &lbv1.Duration{Duration: -time.Second}}
 		}, "spec.backend.arp.agent.timers.busyDrain"},
 		{"kube-vip takeover", b, func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseName: "plndr-cp-lock"}}
+			lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseName: "plndr-cp-lock"}}
 		}, ""},
 		{"takeover names no VIP manager", b, func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{}
+			lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{}
 		}, "spec.backend.arp.takeOver.kubeVIP: Required value"},
 		{"takeover from a pool", b, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Endpoint.Host = ""
 			lb.Spec.Backend.ARP.AddressFrom = &lbv1.AddressFrom{PoolRef: lbv1.IPPoolReference{APIGroup: "g", Kind: "K", Name: "n"}}
-			lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
+			lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
 		}, "spec.endpoint.host: Required value: must be set to the VIP with spec.backend.arp.takeOver"},
 		{"takeover without a Cluster", b, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.ClusterName = ""
 			lb.Spec.TargetKind = lbv1.TargetKind{Kind: lbv1.NodeKind}
-			lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
+			lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
 		}, "spec.clusterName: Required value: required with spec.backend.arp.takeOver"},
 		{"takeover lease name", b, func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseName: "Plndr_CP"}}
+			lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseName: "Plndr_CP"}}
 		}, "spec.backend.arp.takeOver.kubeVIP.leaseName"},
 		{"takeover lease namespace", b, func(lb *lbv1.LoadBalancer) {
-			lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseNamespace: "kube.system"}}
+			lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{LeaseNamespace: "kube.system"}}
 		}, "spec.backend.arp.takeOver.kubeVIP.leaseNamespace"},
 		{"bgp multihop on iBGP", bb, func(lb *lbv1.LoadBalancer) {
 			lb.Spec.Backend = bgpLB().Spec.Backend

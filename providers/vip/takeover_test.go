@@ -54,7 +54,7 @@ func (unreachable) GetClient(context.Context, client.ObjectKey) (client.Client, 
 func TestEnsureReportsKubeVIPTakeOver(t *testing.T) {
 	takeOver := func(ack bool) *lbv1.LoadBalancer {
 		lb := arpLB()
-		lb.Spec.Backend.ARP.TakeOver = &lbv1.ARPTakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{AcknowledgeServiceVIPs: ack}}
+		lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{AcknowledgeServiceVIPs: ack}}
 		return lb
 	}
 	for _, tc := range []struct {

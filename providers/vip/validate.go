@@ -98,8 +98,8 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 				"not the VIP, so the holder counts none of them as busy; remove busyDrain (or set it to 0s), or use loadBalancing single"))
 	}
 	errs = append(errs, validateHealth(ap, v.Agent)...)
-	if a := spec.Backend.ARP; a != nil && a.TakeOver != nil {
-		errs = append(errs, validateTakeOver(spec, bp.Child("takeOver"), a.TakeOver)...)
+	if t := spec.Backend.TakeOver(); t != nil {
+		errs = append(errs, validateTakeOver(spec, bp.Child("takeOver"), t)...)
 	}
 	errs = append(errs, validateMetrics(bp, spec, v)...)
 	if bg := spec.Backend.BGP; bg != nil {
@@ -244,10 +244,10 @@ func validateHealth(ap *field.Path, a lbv1.AgentSpec) field.ErrorList {
 	return errs
 }
 
-// validateTakeOver repeats the CRD's rules on spec.backend.arp.takeOver: the VIP taken over is
-// the Cluster's existing endpoint, so it must be spec.endpoint.host, and kube-vip's Pods are read
-// in spec.clusterName's workload cluster.
-func validateTakeOver(spec *lbv1.LoadBalancerSpec, tp *field.Path, t *lbv1.ARPTakeOver) field.ErrorList {
+// validateTakeOver repeats the CRD's rules on spec.backend.<arp|bgp>.takeOver: the VIP taken
+// over is the Cluster's existing endpoint, so it must be spec.endpoint.host, and kube-vip's Pods
+// are read in spec.clusterName's workload cluster.
+func validateTakeOver(spec *lbv1.LoadBalancerSpec, tp *field.Path, t *lbv1.TakeOver) field.ErrorList {
 	var errs field.ErrorList
 	if t.KubeVIP == nil {
 		return append(errs, field.Required(tp.Child("kubeVIP"),
