@@ -63,7 +63,7 @@ func (b *Backend) checkTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip 
 		return &takeOver{ready: metav1.Condition{Type: lbv1.KubeVIPTakeOverReadyCondition, Status: metav1.ConditionUnknown,
 			Reason: lbv1.KubeVIPPodsUnreadableReason, Message: err.Error()}}
 	}
-	found, refusal := kubevip.Check(vip, k, pods)
+	found, refusal := kubevip.Check(kubevip.Spec{VIP: vip, Backend: lb.Spec.Backend.Kind(), KubeVIP: k}, pods)
 	return &takeOver{ready: kubevip.Condition(found, refusal), live: c, passed: refusal == nil,
 		podsLeft: refusal == nil || refusal.Reason != lbv1.KubeVIPNotFoundReason, nodes: found.Nodes}
 }

@@ -154,7 +154,10 @@ func TestCheck(t *testing.T) {
 		{"namespace/name in the lease name", vip, &lbv1.KubeVIPTakeOver{LeaseNamespace: "vip", AcknowledgeServiceVIPs: true},
 			three(withEnv("vip_leasename", "vip/plndr-cp-lock")), "", nil},
 		{"BGP", vip, ack(), three(withEnv("bgp_enable", "true")),
-			lbv1.KubeVIPBGPEnabledReason, []string{"bgp_enable is true"}},
+			lbv1.KubeVIPBGPEnabledReason, []string{"bgp_enable is true", "spec.backend.arp takes over an ARP VIP only",
+				"a bgp LoadBalancer instead (spec.backend.bgp.takeOver)"}},
+		{"BGP settings of an ARP kube-vip are not read", vip, ack(), three(append(withEnv("bgp_peers", "not:a:peer:list"),
+			corev1.EnvVar{Name: "annotation", Value: "metal.equinix.com"})), "", nil},
 		{"control plane off", vip, ack(), three(withEnv("cp_enable", "false")),
 			lbv1.KubeVIPControlPlaneDisabledReason, []string{"cp_enable is not true", "remove spec.backend.arp.takeOver"}},
 		{"no Pod at all", vip, ack(), nil, lbv1.KubeVIPNotFoundReason, []string{"no kube-vip mirror Pod"}},
@@ -184,9 +187,10 @@ func TestCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			found, r := Check(tc.vip, tc.want, tc.pods)
+			found, r := Check(Spec{VIP: tc.vip, Backend: lbv1.BackendARP, KubeVIP: tc.want}, tc.pods)
 			if tc.reason == "" {
 				g.Expect(r).To(BeNil())
+				g.Expect(found.Elects).To(BeTrue(), "an ARP kube-vip always elects")
 				g.Expect(found.Pods).To(Equal([]string{"kube-vip-cp-a", "kube-vip-cp-b", "kube-vip-cp-c"}[:len(found.Pods)]))
 				g.Expect(found.Nodes).NotTo(BeEmpty())
 				g.Expect(found.LeaseName).To(Equal(tc.want.EffectiveLeaseName()))
@@ -207,9 +211,9 @@ func TestCheck(t *testing.T) {
 // whether Service VIPs go; and the condition it becomes.
 func TestCheckFound(t *testing.T) {
 	g := NewWithT(t)
-	found, r := Check(vip, ack(), three(withEnv("vip_leaseduration", "20")))
+	found, r := Check(Spec{VIP: vip, Backend: lbv1.BackendARP, KubeVIP: ack()}, three(withEnv("vip_leaseduration", "20")))
 	g.Expect(r).To(BeNil())
-	g.Expect(found).To(Equal(Found{LeaseNamespace: "kube-system", LeaseName: "plndr-cp-lock", LeaseDurationSeconds: 20,
+	g.Expect(found).To(Equal(Found{Backend: lbv1.BackendARP, Elects: true, LeaseNamespace: "kube-system", LeaseName: "plndr-cp-lock", LeaseDurationSeconds: 20,
 		Pods: []string{"kube-vip-cp-a", "kube-vip-cp-b", "kube-vip-cp-c"}, Nodes: []string{"cp-a", "cp-b", "cp-c"}, ServiceVIPs: true}))
 
 	c := Condition(found, nil)
@@ -219,7 +223,7 @@ func TestCheckFound(t *testing.T) {
 	g.Expect(c.Message).To(ContainSubstring("kube-system/plndr-cp-lock from 3 node(s): cp-a, cp-b, cp-c"))
 	g.Expect(c.Message).To(ContainSubstring("Service VIPs stop with it"))
 
-	_, r = Check(vip, &lbv1.KubeVIPTakeOver{}, three(capvEnv()))
+	_, r = Check(Spec{VIP: vip, Backend: lbv1.BackendARP, KubeVIP: &lbv1.KubeVIPTakeOver{}}, three(capvEnv()))
 	c = Condition(Found{}, r)
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 	g.Expect(c.Reason).To(Equal(lbv1.KubeVIPServiceVIPsReason))

@@ -58,6 +58,9 @@ type settings struct {
 	preserve       bool
 	services       bool
 	iface          string
+	// peers and annotations are read for a BGP kube-vip only.
+	peers       []peer
+	annotations string
 }
 
 // compared lists the settings the mirror Pods must agree on, with the name a user finds in the
@@ -74,6 +77,8 @@ func (s *settings) compared() [][2]string {
 		{envLeaseName, s.leaseName},
 		{envPreserve, strconv.FormatBool(s.preserve)},
 		{envServices, strconv.FormatBool(s.services)},
+		{envBGPPeers + "/" + envBGPPeerAddress, peersString(s.peers)},
+		{envAnnotations, s.annotations},
 	}
 }
 
@@ -105,7 +110,7 @@ func container(p *corev1.Pod) *corev1.Container {
 // kube-vip command line. Whether a flag takes a value is kube-vip's: bools never consume the
 // next word (pflag's rule), the others always do.
 func flags(words []string) map[string]string {
-	bools := map[string]bool{"arp": true, "leaderElection": true, "bgp": true, "controlplane": true,
+	bools := map[string]bool{"arp": true, "leaderElection": true, "bgp": true, "controlplane": true, "multihop": true,
 		"services": true, "preserveVipOnLeadershipLoss": true}
 	out := map[string]string{}
 	for i := 0; i < len(words); i++ {
@@ -213,8 +218,33 @@ func parse(p *corev1.Pod, c *corev1.Container) (*settings, error) {
 	} else {
 		s.leaseDuration = n
 	}
+	if s.bgp {
+		s.peers, s.annotations = bgpPeers(str, &errs)
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return s, nil
+}
+
+// bgpPeers reads a BGP kube-vip's routers as its manager does (peers.go), through parse's str;
+// an unreadable one adds to errs.
+func bgpPeers(str func(envName, flag, def string) (string, string), errs *[]string) (peers []peer, annotations string) {
+	if v, _ := str(envBGPPeers, "", ""); v != "" {
+		ps, err := parsePeers(v)
+		if err != nil {
+			*errs = append(*errs, fmt.Sprintf("%s: %v (kube-vip would not start with it either)", envBGPPeers, err))
+		}
+		peers = ps
+	}
+	if addr, _ := str(envBGPPeerAddress, "", ""); addr != "" {
+		as, src := str(envBGPPeerAS, "peerAS", strconv.Itoa(defaultPeerAS))
+		n, err := strconv.ParseUint(as, 10, 32)
+		if err != nil {
+			*errs = append(*errs, fmt.Sprintf("%s=%q is not an AS number (kube-vip would not start with it either)", src, as))
+		}
+		peers = append(peers, peer{address: addr, asn: uint32(n), source: envBGPPeerAddress})
+	}
+	annotations, _ = str(envAnnotations, "annotations", "")
+	return peers, annotations
 }
