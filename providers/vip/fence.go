@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -133,8 +134,10 @@ func activeMember(members []providers.Member) bool {
 
 // fence writes, renews or retires lb's fence Lease after the check (to) and reports the
 // KubeVIPTakeOver condition, and an event on a change of phase. It acquires only when the check
-// passed and a caplb member is active; once held it renews while any kube-vip mirror Pod exists,
-// whatever the check says then (letting go while caplb may hold the VIP would make two holders).
+// passed, kube-vip elects and a caplb member is active; once held it renews while any kube-vip
+// mirror Pod exists, whatever the check says then (letting go while caplb may hold the VIP would
+// make two holders). A BGP kube-vip without election is never fenced (it reads no Lease): the
+// condition says it overlaps until its mirror Pods are gone, and then that it is retired.
 func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver, members []providers.Member) (metav1.Condition, *providers.Event) {
 	key, _ := fenceKey(lb)
 	holder := fenceHolder(lb)
@@ -156,21 +159,20 @@ func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver
 	}
 	ours := obs != nil && obs.Spec.HolderIdentity != nil && *obs.Spec.HolderIdentity == holder
 	prev := meta.FindStatusCondition(lb.Status.Conditions, lbv1.KubeVIPTakeOverCondition)
-	wasFenced := prev != nil && (prev.Reason == lbv1.KubeVIPFencedReason || prev.Reason == lbv1.KubeVIPRetiredReason)
+	prevIs := func(reasons ...string) bool { return prev != nil && slices.Contains(reasons, prev.Reason) }
 
-	if !to.podsLeft && (ours || wasFenced) {
-		if ours {
-			if err := deleteLease(ctx, to.live, obs); err != nil {
-				return failed(err), nil
-			}
-			log.Info("No kube-vip mirror Pod left; deleted the fence")
+	if !to.podsLeft && (ours || prevIs(lbv1.KubeVIPFencedReason, lbv1.KubeVIPRetiredReason, lbv1.KubeVIPOverlappingReason)) {
+		return b.retire(ctx, lb, to, obs, ours, prev, lease)
+	}
+	if !ours && to.passed && !to.elects {
+		// Nothing to write: kube-vip announces from every node whatever any Lease says.
+		who := "caplb's active members announce it beside kube-vip"
+		if !activeMember(members) {
+			who = "no caplb member is active yet, so kube-vip alone announces it"
 		}
-		c := cond(metav1.ConditionTrue, lbv1.KubeVIPRetiredReason, "kube-vip is retired: no kube-vip mirror Pod is left and the fence %s is deleted; "+
-			"caplb serves the VIP alone (spec.backend.arp.takeOver can be removed)", lease)
-		if prev != nil && prev.Reason == lbv1.KubeVIPRetiredReason {
-			return c, nil
-		}
-		return c, &providers.Event{Reason: lbv1.EventKubeVIPRetired, Message: fmt.Sprintf("no kube-vip mirror Pod is left: deleted the fence %s", lease)}
+		return cond(metav1.ConditionFalse, lbv1.KubeVIPOverlappingReason, "kube-vip announces the VIP by BGP from every one of its nodes "+
+			"(no Lease election, so no fence: nothing caplb writes makes it withdraw); %s, and the routers spread connections across "+
+			"both; each kube-vip node withdraws as its Machine goes (a powered-off one only when the router's hold timer expires)", who), nil
 	}
 	if !ours && !(to.passed && activeMember(members)) {
 		why := "no caplb member is active yet"
@@ -190,8 +192,12 @@ func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver
 		}
 		log.V(1).Info("Wrote the fence", "acquired", !ours)
 	}
-	c := cond(metav1.ConditionFalse, lbv1.KubeVIPFencedReason, "kube-vip fenced by %s (holder %s, %ds, renewed while a kube-vip mirror Pod exists); "+
-		"caplb claims the VIP once kube-vip lets go", lease, holder, fenceDurationSeconds)
+	then := "caplb claims the VIP once kube-vip lets go"
+	if lb.Spec.Backend.BGP != nil {
+		then = "kube-vip's leader withdraws its route while caplb's members announce"
+	}
+	c := cond(metav1.ConditionFalse, lbv1.KubeVIPFencedReason, "kube-vip fenced by %s (holder %s, %ds, renewed while a kube-vip mirror Pod exists); %s",
+		lease, holder, fenceDurationSeconds, then)
 	if ours {
 		return c, nil
 	}
@@ -199,15 +205,47 @@ func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver
 	return c, &providers.Event{Reason: lbv1.EventKubeVIPFenced, Message: fmt.Sprintf("took kube-vip's %s as %s: kube-vip lets go of the VIP", lease, holder)}
 }
 
+// retire reports kube-vip retired once no mirror Pod is left: it deletes the fence if it is still
+// ours (obs), and says so in the first report only (the event); later ones repeat it.
+func (b *Backend) retire(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver, obs *coordv1.Lease, ours bool,
+	prev *metav1.Condition, lease string) (metav1.Condition, *providers.Event) {
+	c := metav1.Condition{Type: lbv1.KubeVIPTakeOverCondition, Status: metav1.ConditionTrue, Reason: lbv1.KubeVIPRetiredReason}
+	if ours {
+		if err := deleteLease(ctx, to.live, obs); err != nil {
+			return metav1.Condition{Type: lbv1.KubeVIPTakeOverCondition, Status: metav1.ConditionUnknown, Reason: lbv1.KubeVIPFenceFailedReason,
+				Message: fmt.Sprintf("fence %s: %v; retried on the next reconcile", lease, err)}, nil
+		}
+		ctrl.LoggerFrom(ctx).Info("No kube-vip mirror Pod left; deleted the fence", "lease", lease)
+	}
+	prevReason := ""
+	if prev != nil {
+		prevReason = prev.Reason
+	}
+	if prevReason == lbv1.KubeVIPRetiredReason && !ours {
+		c.Message = prev.Message
+		return c, nil
+	}
+	if ours || prevReason == lbv1.KubeVIPFencedReason {
+		c.Message = fmt.Sprintf("kube-vip is retired: no kube-vip mirror Pod is left and the fence %s is deleted; "+
+			"caplb serves the VIP alone (%s can be removed)", lease, takeOverField(lb))
+		return c, &providers.Event{Reason: lbv1.EventKubeVIPRetired, Message: fmt.Sprintf("no kube-vip mirror Pod is left: deleted the fence %s", lease)}
+	}
+	c.Message = fmt.Sprintf("kube-vip is retired: no kube-vip mirror Pod is left, so none of its nodes announces the VIP (it elected "+
+		"no leader, so there was no fence to delete); caplb serves the VIP alone (%s can be removed)", takeOverField(lb))
+	return c, &providers.Event{Reason: lbv1.EventKubeVIPRetired, Message: "no kube-vip mirror Pod is left: kube-vip no longer announces the VIP"}
+}
+
 // unfence deletes lb's fence when takeOver is gone (rollback) or lb is being deleted, if the
 // Lease is still ours; kube-vip then elects a leader again. It reports the condition to keep
-// while that failed (nil once nothing of ours is left), and the event of a deletion.
+// while that failed (nil once nothing of ours is left), and the event of a deletion. After a
+// retirement, or an overlap with a kube-vip that elects nothing, there is no fence to delete.
 func (b *Backend) unfence(ctx context.Context, lb *lbv1.LoadBalancer) (*metav1.Condition, *providers.Event) {
 	key, ok := fenceKey(lb)
 	if !ok {
 		return nil, nil
 	}
-	if c := meta.FindStatusCondition(lb.Status.Conditions, lbv1.KubeVIPTakeOverCondition); c != nil && c.Reason == lbv1.KubeVIPRetiredReason {
+	if c := meta.FindStatusCondition(lb.Status.Conditions, lbv1.KubeVIPTakeOverCondition); c != nil &&
+		(c.Reason == lbv1.KubeVIPRetiredReason || c.Reason == lbv1.KubeVIPOverlappingReason) {
 		return nil, nil
 	}
 	lease := fmt.Sprintf("Lease %s/%s", key.Namespace, key.Name)
@@ -270,7 +308,7 @@ func deleteLease(ctx context.Context, c client.Client, l *coordv1.Lease) error {
 }
 
 // ensureTakeOver adds the takeover's conditions and events to st: KubeVIPTakeOverReady and
-// KubeVIPTakeOver while spec.backend.arp.takeOver.kubeVIP is set; after it is removed, the
+// KubeVIPTakeOver while spec.backend.<arp|bgp>.takeOver.kubeVIP is set; after it is removed, the
 // rollback of a fence it left (KubeVIPTakeOver only while that fails).
 func (b *Backend) ensureTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip string, members []providers.Member, st *providers.EndpointStatus) {
 	var ev *providers.Event

@@ -162,24 +162,35 @@ func TestQuiesceNonMember(t *testing.T) {
 }
 
 // During a kube-vip takeover a machine from before caplb (no agent, outside the membership: it
-// runs kube-vip) leaves only once a caplb member holds the VIP; without the takeover it leaves at
-// once, as any non-member that holds nothing.
+// runs kube-vip) leaves only once a caplb member holds the VIP (bgp: announces it); without the
+// takeover it leaves at once, as any non-member that holds nothing.
 func TestQuiesceKubeVIPMachineWaitsForCaplbHolder(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
+		bgp      bool
 		takeOver bool
 		holder   string
 		done     bool
 	}{
-		{"no takeover: nothing of caplb's to wait for", false, "", true},
-		{"takeover, nobody of caplb's holds yet: held", true, "", false},
-		{"takeover, a caplb member holds: leaves", true, "n2", true},
+		{"no takeover: nothing of caplb's to wait for", false, false, "", true},
+		{"takeover, nobody of caplb's holds yet: held", false, true, "", false},
+		{"takeover, a caplb member holds: leaves", false, true, "n2", true},
+		{"bgp, no takeover: leaves", true, false, "", true},
+		{"bgp takeover, no caplb member announces yet: held", true, true, "", false},
+		{"bgp takeover, a caplb member announces: leaves", true, true, "n3", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			b, c, lb, clk := quiesceEnv(t)
 			lb.Spec.Quiesce.DrainPeriod = &lbv1.Duration{Duration: time.Nanosecond}
-			if tc.takeOver {
+			if tc.bgp {
+				// The membership and reports are the same for bgp; Holding is "announces".
+				lb.Spec.Backend = bgpLB().Spec.Backend
+				b = NewBGP(b.opts)
+			}
+			if tc.takeOver && tc.bgp {
+				lb.Spec.Backend.BGP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
+			} else if tc.takeOver {
 				lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
 			}
 			ctx := context.Background()

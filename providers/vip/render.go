@@ -118,8 +118,10 @@ func renderConfig(lb *lbv1.LoadBalancer, in renderInput) agentv1.AgentConfigurat
 		c.Interface = v.Agent.Interface
 		c.ARP.LoadBalancing = a.LoadBalancing
 		// A takeover: kube-vip keeps the VIP until it lets go (the fence Lease); the agents claim
-		// it only once nobody answers ARP for it.
-		c.ARP.ClaimWhenSilent = kubeVIPTakeOver(lb) != nil
+		// it only once nobody answers ARP for it. BGP agents never wait: announcing beside
+		// kube-vip's nodes is safe (the routers spread connections by ECMP), so they announce as
+		// soon as they are healthy members.
+		c.ARP.ClaimWhenSilent = a.TakeOver != nil && a.TakeOver.KubeVIP != nil
 	}
 	c.Members = append([]agentv1.MemberConfig{}, in.membership.Members...)
 	c.Membership = agentv1.MembershipConfig{Dynamic: true, Version: in.membership.Version}

@@ -142,6 +142,37 @@ func TestRenderedSpread(t *testing.T) {
 	}
 }
 
+// A kube-vip takeover makes ARP agents claim only a silent VIP (arp.claimWhenSilent); BGP agents
+// never wait: they announce beside kube-vip's nodes as soon as they are healthy members.
+func TestRenderedClaimWhenSilent(t *testing.T) {
+	withTakeOver := func(lb *lbv1.LoadBalancer) *lbv1.LoadBalancer {
+		t := &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{}}
+		if lb.Spec.Backend.ARP != nil {
+			lb.Spec.Backend.ARP.TakeOver = t
+		} else {
+			lb.Spec.Backend.BGP.TakeOver = t
+		}
+		return lb
+	}
+	for _, tc := range []struct {
+		name string
+		lb   *lbv1.LoadBalancer
+		want bool
+	}{
+		{"arp", arpLB(), false},
+		{"arp taking over from kube-vip", withTakeOver(arpLB()), true},
+		{"bgp", bgpLB(), false},
+		{"bgp taking over from kube-vip", withTakeOver(bgpLB()), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := renderConfig(tc.lb, renderInput{vip: "192.0.2.10", membership: agentv1.Membership{}, passwords: map[int]bool{0: true}})
+			g.Expect(validateRendered(c)).To(Succeed())
+			g.Expect(c.ARP.ClaimWhenSilent).To(Equal(tc.want))
+		})
+	}
+}
+
 func TestValidateNamesFields(t *testing.T) {
 	b := NewARP(Options{AgentImage: "img"})
 	bb := NewBGP(Options{AgentImage: "img"})

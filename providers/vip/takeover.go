@@ -38,19 +38,27 @@ type takeOver struct {
 	podsLeft bool
 	// nodes are kube-vip's nodes when the check passed: the identities its election uses.
 	nodes []string
+	// elects: the check passed and kube-vip elects on a Lease, so a fence stops it. A BGP
+	// kube-vip without election announces from every node and is never fenced.
+	elects bool
 }
 
-// kubeVIPTakeOver is lb's spec.backend.arp.takeOver.kubeVIP, nil when lb takes nothing over from
-// kube-vip.
+// kubeVIPTakeOver is lb's spec.backend.<arp|bgp>.takeOver.kubeVIP, nil when lb takes nothing
+// over from kube-vip.
 func kubeVIPTakeOver(lb *lbv1.LoadBalancer) *lbv1.KubeVIPTakeOver {
-	if a := lb.Spec.Backend.ARP; a != nil && a.TakeOver != nil {
-		return a.TakeOver.KubeVIP
+	if t := lb.Spec.Backend.TakeOver(); t != nil {
+		return t.KubeVIP
 	}
 	return nil
 }
 
-// checkTakeOver judges kube-vip for an arp LoadBalancer with spec.backend.arp.takeOver.kubeVIP,
-// nil for every other. It reads kube-vip's mirror Pods in the workload cluster through the same
+// takeOverField names lb's takeOver field in messages: spec.backend.<kind>.takeOver.
+func takeOverField(lb *lbv1.LoadBalancer) string {
+	return "spec.backend." + lb.Spec.Backend.Kind() + ".takeOver"
+}
+
+// checkTakeOver judges kube-vip for an arp or bgp LoadBalancer with takeOver.kubeVIP, nil for
+// every other. It reads kube-vip's mirror Pods in the workload cluster through the same
 // connection as the Nodes (the ClusterCache, behind the kubeconfig guard) and judges them with
 // kubevip.Check; the condition is Unknown while they cannot be read.
 func (b *Backend) checkTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip string) *takeOver {
@@ -63,9 +71,13 @@ func (b *Backend) checkTakeOver(ctx context.Context, lb *lbv1.LoadBalancer, vip 
 		return &takeOver{ready: metav1.Condition{Type: lbv1.KubeVIPTakeOverReadyCondition, Status: metav1.ConditionUnknown,
 			Reason: lbv1.KubeVIPPodsUnreadableReason, Message: err.Error()}}
 	}
-	found, refusal := kubevip.Check(kubevip.Spec{VIP: vip, Backend: lb.Spec.Backend.Kind(), KubeVIP: k}, pods)
+	spec := kubevip.Spec{VIP: vip, Backend: lb.Spec.Backend.Kind(), KubeVIP: k}
+	if bg := lb.Spec.Backend.BGP; bg != nil {
+		spec.Peers = bg.Peers
+	}
+	found, refusal := kubevip.Check(spec, pods)
 	return &takeOver{ready: kubevip.Condition(found, refusal), live: c, passed: refusal == nil,
-		podsLeft: refusal == nil || refusal.Reason != lbv1.KubeVIPNotFoundReason, nodes: found.Nodes}
+		podsLeft: refusal == nil || refusal.Reason != lbv1.KubeVIPNotFoundReason, nodes: found.Nodes, elects: found.Elects}
 }
 
 // liveWorkload is the workload cluster's uncached client when the ClusterCache offers one, its
