@@ -120,8 +120,15 @@ type AgentStatus struct {
 	// that is eligible (the owner holds the VIP, the others are ready to take it); bgp, a node
 	// that announces the VIP.
 	InDataPlane bool `json:"inDataPlane"`
-	// Holding: arp, the node holds the VIP; bgp, it announces the VIP's routes.
+	// Holding: arp, the node holds the VIP; bgp, it announces the VIP's routes (locally: whether
+	// a router takes them is what PeersEstablished says).
 	Holding bool `json:"holding"`
+	// Peers (bgp only) is how many routers the agent is configured to announce to, and
+	// PeersEstablished how many of them have an Established BGP session with this node right
+	// now. A session is what the node can see of a router accepting its routes: one refused
+	// (wrong AS, an ACL, no neighbour statement for this address) never gets there.
+	Peers            int `json:"peers,omitempty"`
+	PeersEstablished int `json:"peersEstablished,omitempty"`
 	// Quiesced: a quiesce was asked for (QuiesceAnnotation, DisabledAnnotation or
 	// ExcludeFromExternalLBLabel) and is complete: the node neither holds nor announces the VIP
 	// and the drain period passed.
@@ -130,6 +137,12 @@ type AgentStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// UpdatedAt is when the agent wrote this report.
 	UpdatedAt metav1.MicroTime `json:"updatedAt"`
+}
+
+// AllPeersEstablished reports whether every configured router has an Established session with
+// the node (bgp): false with no routers, as from an agent that does not report its sessions.
+func (s AgentStatus) AllPeersEstablished() bool {
+	return s.Peers > 0 && s.PeersEstablished == s.Peers
 }
 
 // ParseAgentStatus decodes an AgentStatusAnnotation value.
