@@ -6,6 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
+
+	"github.com/caplb/caplb/modes/dataplane"
 )
 
 // report is what the agent tells the manager on its Node (AgentStatus):
@@ -17,6 +19,7 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 	busy := 0
 	if r.cfg.Mode == agentv1.ModeBGP {
 		rep.InDataPlane = st.holding
+		rep.PeersEstablished, rep.Peers = sessions(in.peers)
 		// Withdrawn routes take the drain period to leave the peers'
 		// tables and the flows on them to finish.
 		quiet = quiet && (st.releasedAt.IsZero() || in.now.Sub(st.releasedAt) >= r.cfg.Quiesce.Drain.Duration)
@@ -57,6 +60,18 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 		rep.Reason = "standing by"
 	}
 	return rep
+}
+
+// sessions counts the BGP sessions that are Established, and all of them. Counts, not the
+// sessions' states or times: the report is written on every change, and a count changes only
+// when a session comes up or goes down.
+func sessions(peers []dataplane.PeerStatus) (established, all int) {
+	for _, p := range peers {
+		if p.State == dataplane.PeerEstablished {
+			established++
+		}
+	}
+	return established, len(peers)
 }
 
 // AgentStatus returns the last report, stamped now.

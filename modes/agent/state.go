@@ -108,6 +108,9 @@ type inputs struct {
 	// spread is what the data plane reports of the spread mode's forwarding
 	// (nil when it does not spread).
 	spread *dataplane.SpreadStatus
+	// peers are the BGP speaker's sessions (nil in arp mode). Only the report
+	// reads them, so publish fills them in from the status it reads anyway.
+	peers []dataplane.PeerStatus
 
 	// digest is what this node gossips as its configuration digest.
 	digest string

@@ -90,6 +90,11 @@ func (a *Agent) publish(in inputs, out output) {
 	if !in.election {
 		s.MembersConfigured = len(a.cfg.Members)
 	}
+	ds := a.dp.Status()
+	s.Dataplane, s.BGP = ds.ARP, ds.BGP
+	if ds.BGP != nil {
+		in.peers = ds.BGP.Peers
+	}
 	rep := a.rules.report(st, in)
 	s.Report = &rep
 	if at := in.confirmedAt; !at.IsZero() {
@@ -121,8 +126,6 @@ func (a *Agent) publish(in inputs, out output) {
 		s.Others = append(s.Others, MemberStatus{Name: m.Name, Alive: m.Alive, Eligible: m.Meta.Eligible,
 			Holding: m.Meta.Holding, Quiescing: m.Meta.Quiescing, ConfigDigest: m.Meta.ConfigDigest})
 	}
-	ds := a.dp.Status()
-	s.Dataplane, s.BGP = ds.ARP, ds.BGP
 	a.m.observe(s)
 	a.mu.Lock()
 	a.status = s

@@ -52,16 +52,16 @@ func (t *peerTracker) state(addr string, s api.PeerState_SessionState) {
 	old := p.State
 	p.State, p.Since = name, t.now()
 	up := 0.0
-	if name == "established" {
+	if name == dataplane.PeerEstablished {
 		up = 1
 	}
 	t.metrics.sessionUp.WithLabelValues(addr).Set(up)
 	t.metrics.sessionChanges.WithLabelValues(addr, name).Inc()
 	switch {
-	case name == "established":
+	case name == dataplane.PeerEstablished:
 		t.log.Info("BGP session established", "peer", addr, "peerASN", p.ASN)
 		p.LastError, p.LastErrorTime = "", nil
-	case old == "established":
+	case old == dataplane.PeerEstablished:
 		kv := []any{"peer", addr, "state", name}
 		if p.LastError != "" {
 			kv = append(kv, "reason", p.LastError)
@@ -108,7 +108,7 @@ func (t *peerTracker) established(addr string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p, ok := t.peers[addr]
-	return ok && p.State == "established"
+	return ok && p.State == dataplane.PeerEstablished
 }
 
 func sortedStrings(m map[string]struct{}) []string {

@@ -72,6 +72,10 @@ type BGPStatus struct {
 	Peers []PeerStatus `json:"peers"`
 }
 
+// PeerEstablished is PeerStatus.State for a session that is up: the router takes this node's
+// routes (the agent reports how many are, for the manager).
+const PeerEstablished = "established"
+
 // PeerStatus is one BGP session.
 type PeerStatus struct {
 	Address string `json:"address"`
