@@ -122,7 +122,8 @@ func leaseExpired(l *coordv1.Lease, now time.Time) bool {
 }
 
 // activeMember reports whether a caplb member is active: the controller put it in rotation, so
-// an agent of ours is up to claim the VIP once kube-vip lets go.
+// an agent of ours is up to claim the VIP once kube-vip lets go (arp; bgp asks more, see
+// takeOverWaits).
 func activeMember(members []providers.Member) bool {
 	for _, m := range members {
 		if m.State == lbv1.TargetActive {
@@ -134,9 +135,9 @@ func activeMember(members []providers.Member) bool {
 
 // fence writes, renews or retires lb's fence Lease after the check (to) and reports the
 // KubeVIPTakeOver condition, and an event on a change of phase. It acquires only when the check
-// passed, kube-vip elects and a caplb member is active; once held it renews while any kube-vip
-// mirror Pod exists, whatever the check says then (letting go while caplb may hold the VIP would
-// make two holders). A BGP kube-vip without election is never fenced (it reads no Lease): the
+// passed, kube-vip elects and a caplb member serves the VIP (takeOverWaits); once held it renews
+// while any kube-vip mirror Pod exists, whatever the check says then (letting go while caplb may
+// hold the VIP would make two holders). A BGP kube-vip without election is never fenced (it reads no Lease): the
 // condition says it overlaps until its mirror Pods are gone, and then that it is retired.
 func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver, members []providers.Member) (metav1.Condition, *providers.Event) {
 	key, _ := fenceKey(lb)
@@ -164,18 +165,24 @@ func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver
 	if !to.podsLeft && (ours || prevIs(lbv1.KubeVIPFencedReason, lbv1.KubeVIPRetiredReason, lbv1.KubeVIPOverlappingReason)) {
 		return b.retire(ctx, lb, to, obs, ours, prev, lease)
 	}
+	// waits: why no caplb member serves the VIP yet ("" once one does); only asked before a
+	// fence is ours, since letting go of one could make two holders.
+	waits := ""
+	if !ours && to.passed {
+		waits = b.takeOverWaits(ctx, lb, members)
+	}
 	if !ours && to.passed && !to.elects {
 		// Nothing to write: kube-vip announces from every node whatever any Lease says.
-		who := "caplb's active members announce it beside kube-vip"
-		if !activeMember(members) {
-			who = "no caplb member is active yet, so kube-vip alone announces it"
+		who := "caplb's active members announce it beside kube-vip, and the routers spread connections across both"
+		if waits != "" {
+			who = "kube-vip alone announces it, and its Machines wait at pre-drain until a caplb member does: " + waits
 		}
 		return cond(metav1.ConditionFalse, lbv1.KubeVIPOverlappingReason, "kube-vip announces the VIP by BGP from every one of its nodes "+
-			"(no Lease election, so no fence: nothing caplb writes makes it withdraw); %s, and the routers spread connections across "+
-			"both; each kube-vip node withdraws as its Machine goes (a powered-off one only when the router's hold timer expires)", who), nil
+			"(no Lease election, so no fence: nothing caplb writes makes it withdraw); %s; each kube-vip node withdraws as its Machine "+
+			"goes (a powered-off one only when the router's hold timer expires)", who), nil
 	}
-	if !ours && !(to.passed && activeMember(members)) {
-		why := "no caplb member is active yet"
+	if !ours && (!to.passed || waits != "") {
+		why := waits
 		if !to.passed {
 			why = "KubeVIPTakeOverReady is not True"
 		}

@@ -69,8 +69,7 @@ func (vs views) acknowledged(m agentv1.Membership) bool {
 // after a new version is issued the owner still runs the previous one, and still serves.
 func (vs views) holder(m agentv1.Membership, except string) string {
 	for _, x := range m.Members {
-		v := vs[x.Name]
-		if x.Name != except && v.reported && v.fresh && !v.dead() && v.status.Holding && !v.status.Quiesced {
+		if x.Name != except && vs[x.Name].serves() {
 			return x.Name
 		}
 	}

@@ -162,7 +162,8 @@ func TestQuiesceNonMember(t *testing.T) {
 }
 
 // During a kube-vip takeover a machine from before caplb (no agent, outside the membership: it
-// runs kube-vip) leaves only once a caplb member holds the VIP (bgp: announces it); without the
+// runs kube-vip) leaves only once a caplb member holds the VIP (bgp: announces it, with every
+// router's session Established: an announcement no router took is no path); without the
 // takeover it leaves at once, as any non-member that holds nothing.
 func TestQuiesceKubeVIPMachineWaitsForCaplbHolder(t *testing.T) {
 	for _, tc := range []struct {
@@ -170,14 +171,19 @@ func TestQuiesceKubeVIPMachineWaitsForCaplbHolder(t *testing.T) {
 		bgp      bool
 		takeOver bool
 		holder   string
+		est, of  int // the holder's sessions: Established, configured
 		done     bool
 	}{
-		{"no takeover: nothing of caplb's to wait for", false, false, "", true},
-		{"takeover, nobody of caplb's holds yet: held", false, true, "", false},
-		{"takeover, a caplb member holds: leaves", false, true, "n2", true},
-		{"bgp, no takeover: leaves", true, false, "", true},
-		{"bgp takeover, no caplb member announces yet: held", true, true, "", false},
-		{"bgp takeover, a caplb member announces: leaves", true, true, "n3", true},
+		{"no takeover: nothing of caplb's to wait for", false, false, "", 0, 0, true},
+		{"takeover, nobody of caplb's holds yet: held", false, true, "", 0, 0, false},
+		{"takeover, a caplb member holds: leaves", false, true, "n2", 0, 0, true},
+		{"bgp, no takeover: leaves", true, false, "", 0, 0, true},
+		{"bgp, no takeover, no session up: leaves", true, false, "n3", 0, 2, true},
+		{"bgp takeover, no caplb member announces yet: held", true, true, "", 0, 0, false},
+		{"bgp takeover, a caplb member announces, 0 of 2 sessions up: held", true, true, "n3", 0, 2, false},
+		{"bgp takeover, a caplb member announces, 1 of 2 sessions up: held", true, true, "n3", 1, 2, false},
+		{"bgp takeover, an agent that reports no sessions: held", true, true, "n3", 0, 0, false},
+		{"bgp takeover, a caplb member announces, 2 of 2 sessions up: leaves", true, true, "n3", 2, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -196,7 +202,11 @@ func TestQuiesceKubeVIPMachineWaitsForCaplbHolder(t *testing.T) {
 			ctx := context.Background()
 			g.Expect(c.Create(ctx, readyNode("old-1"))).To(Succeed())
 			for _, n := range []string{"n1", "n2", "n3"} {
-				setReport(t, c, clk, n, agentv1.AgentStatus{MembershipVersion: 3, Member: true, InDataPlane: true, Holding: n == tc.holder})
+				st := agentv1.AgentStatus{MembershipVersion: 3, Member: true, InDataPlane: true, Holding: n == tc.holder}
+				if n == tc.holder {
+					st.PeersEstablished, st.Peers = tc.est, tc.of
+				}
+				setReport(t, c, clk, n, st)
 			}
 			m := providers.Member{Name: "old-1", NodeName: "old-1", Address: "10.0.0.21", State: lbv1.TargetRemoving}
 			qs, err := b.Quiesce(ctx, lb, m)

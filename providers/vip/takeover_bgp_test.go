@@ -13,7 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	agentv1 "github.com/caplb/caplb/api/agent/v1alpha1"
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/providers"
 )
 
 // kubeVIPBGPMirrorPod is kube-vip's BGP static pod (`kube-vip manifest pod --bgp`) as the kubelet
@@ -53,9 +55,14 @@ func bgpTakeOverLB(prev string) *lbv1.LoadBalancer {
 	return lb
 }
 
-// A BGP kube-vip with Lease election is fenced as an ARP one, once a caplb member is active (it
-// announces already); without election nothing is ever written: the condition says kube-vip
-// overlaps until its mirror Pods are gone, then that it is retired.
+// sessions is a caplb member's agent report: announcing, est of its of routers' sessions
+// Established (bgp).
+type sessions struct{ est, of int }
+
+// A BGP kube-vip with Lease election is fenced as an ARP one, once a caplb member is active and
+// its agent reports announcing with every router's session Established (before that, kube-vip's
+// withdrawal could leave the routers no path); without election nothing is ever written: the
+// condition says kube-vip overlaps until its mirror Pods are gone, then that it is retired.
 func TestEnsureTakesOverBGPKubeVIP(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -64,6 +71,7 @@ func TestEnsureTakesOverBGPKubeVIP(t *testing.T) {
 		elects bool // kube-vip's vip_leaderelection
 		lease  *coordv1.Lease
 		state  lbv1.TargetState
+		report *sessions // the member's agent report; nil for none
 		status metav1.ConditionStatus
 		reason string
 		msg    string
@@ -73,20 +81,41 @@ func TestEnsureTakesOverBGPKubeVIP(t *testing.T) {
 		{name: "election, no member active: kube-vip keeps announcing", lb: bgpTakeOverLB(""), pods: 2, elects: true,
 			lease: lease("cp-a", time.Second, 15, 4), state: lbv1.TargetAdding,
 			status: metav1.ConditionFalse, reason: lbv1.KubeVIPFencePendingReason, msg: "no caplb member is active yet", holder: "cp-a"},
-		{name: "election, a member announces: fenced", lb: bgpTakeOverLB(""), pods: 2, elects: true,
+		{name: "election, a member announces, 0 of 2 sessions up: not fenced", lb: bgpTakeOverLB(""), pods: 2, elects: true,
+			lease: lease("cp-a", time.Second, 15, 4), state: lbv1.TargetActive, report: &sessions{0, 2},
+			status: metav1.ConditionFalse, reason: lbv1.KubeVIPFencePendingReason,
+			msg: "no caplb member announces the VIP with an Established BGP session to every router yet: new-1 has 0 of 2 Established; " +
+				"check the neighbour configuration of the routers 192.0.2.1 (AS 64500), 192.0.2.2 (AS 64500) for the new Machines' addresses",
+			holder: "cp-a"},
+		{name: "election, a member announces, 1 of 2 sessions up: not fenced", lb: bgpTakeOverLB(""), pods: 2, elects: true,
+			lease: lease("cp-a", time.Second, 15, 4), state: lbv1.TargetActive, report: &sessions{1, 2},
+			status: metav1.ConditionFalse, reason: lbv1.KubeVIPFencePendingReason, msg: "new-1 has 1 of 2 Established", holder: "cp-a"},
+		{name: "election, an active member with no report: not fenced", lb: bgpTakeOverLB(""), pods: 2, elects: true,
 			lease: lease("cp-a", time.Second, 15, 4), state: lbv1.TargetActive,
+			status: metav1.ConditionFalse, reason: lbv1.KubeVIPFencePendingReason, msg: "new-1 has not reported", holder: "cp-a"},
+		{name: "election, a member announces, 2 of 2 sessions up: fenced", lb: bgpTakeOverLB(""), pods: 2, elects: true,
+			lease: lease("cp-a", time.Second, 15, 4), state: lbv1.TargetActive, report: &sessions{2, 2},
 			status: metav1.ConditionFalse, reason: lbv1.KubeVIPFencedReason, msg: "kube-vip's leader withdraws its route while caplb's members announce",
 			holder: us, events: []string{lbv1.EventKubeVIPFenced}},
+		{name: "election, fenced already: renewed whatever the sessions say", lb: bgpTakeOverLB(lbv1.KubeVIPFencedReason), pods: 2, elects: true,
+			lease: lease(us, time.Minute, fenceDurationSeconds, 5), state: lbv1.TargetActive, report: &sessions{0, 2},
+			status: metav1.ConditionFalse, reason: lbv1.KubeVIPFencedReason, msg: "kube-vip fenced by Lease kube-system/plndr-cp-lock", holder: us},
 		{name: "election, no Pod left: retired, fence deleted", lb: bgpTakeOverLB(lbv1.KubeVIPFencedReason), elects: true,
 			lease: lease(us, time.Minute, fenceDurationSeconds, 5), state: lbv1.TargetActive,
 			status: metav1.ConditionTrue, reason: lbv1.KubeVIPRetiredReason, msg: "the fence Lease kube-system/plndr-cp-lock is deleted",
 			events: []string{lbv1.EventKubeVIPRetired}},
 		{name: "no election, no member active: overlapping, nothing written", lb: bgpTakeOverLB(""), pods: 2, state: lbv1.TargetAdding,
-			status: metav1.ConditionFalse, reason: lbv1.KubeVIPOverlappingReason, msg: "no caplb member is active yet, so kube-vip alone announces it"},
-		{name: "no election, a member announces: overlapping, nothing written", lb: bgpTakeOverLB(""), pods: 2, state: lbv1.TargetActive,
-			status: metav1.ConditionFalse, reason: lbv1.KubeVIPOverlappingReason, msg: "caplb's active members announce it beside kube-vip"},
+			status: metav1.ConditionFalse, reason: lbv1.KubeVIPOverlappingReason,
+			msg: "kube-vip alone announces it, and its Machines wait at pre-drain until a caplb member does: no caplb member is active yet"},
+		{name: "no election, a member announces, 0 of 2 sessions up: kube-vip alone", lb: bgpTakeOverLB(""), pods: 2, state: lbv1.TargetActive,
+			report: &sessions{0, 2}, status: metav1.ConditionFalse, reason: lbv1.KubeVIPOverlappingReason,
+			msg: "kube-vip alone announces it, and its Machines wait at pre-drain until a caplb member does: no caplb member announces " +
+				"the VIP with an Established BGP session to every router yet: new-1 has 0 of 2 Established"},
+		{name: "no election, a member announces, 2 of 2 sessions up: overlapping, nothing written", lb: bgpTakeOverLB(""), pods: 2,
+			state: lbv1.TargetActive, report: &sessions{2, 2}, status: metav1.ConditionFalse, reason: lbv1.KubeVIPOverlappingReason,
+			msg: "caplb's active members announce it beside kube-vip, and the routers spread connections across both"},
 		{name: "no election: a Lease there is left alone", lb: bgpTakeOverLB(lbv1.KubeVIPOverlappingReason), pods: 1,
-			lease: lease("cp-a", time.Hour, 15, 4), state: lbv1.TargetActive,
+			lease: lease("cp-a", time.Hour, 15, 4), state: lbv1.TargetActive, report: &sessions{2, 2},
 			status: metav1.ConditionFalse, reason: lbv1.KubeVIPOverlappingReason, msg: "each kube-vip node withdraws as its Machine goes", holder: "cp-a"},
 		{name: "no election, no Pod left: retired without a fence", lb: bgpTakeOverLB(lbv1.KubeVIPOverlappingReason), state: lbv1.TargetActive,
 			status: metav1.ConditionTrue, reason: lbv1.KubeVIPRetiredReason, msg: "there was no fence to delete", events: []string{lbv1.EventKubeVIPRetired}},
@@ -95,7 +124,7 @@ func TestEnsureTakesOverBGPKubeVIP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			objs := []client.Object{tc.lb, bgpPassword()}
+			objs := []client.Object{tc.lb, bgpPassword(), memberNode(tc.report)}
 			for _, n := range []string{"cp-a", "cp-b"}[:tc.pods] {
 				objs = append(objs, kubeVIPBGPMirrorPod(n, tc.elects))
 			}
@@ -105,7 +134,8 @@ func TestEnsureTakesOverBGPKubeVIP(t *testing.T) {
 			c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(objs...).Build()
 			b := NewBGP(Options{Client: c, Workload: sameCluster{c}, AgentImage: "img", Now: func() time.Time { return fenceNow }})
 
-			st, err := b.Ensure(context.Background(), tc.lb, member(tc.state))
+			// The member has no address, so the membership leaves it alone: only the fence reads it.
+			st, err := b.Ensure(context.Background(), tc.lb, []providers.Member{{Name: "m-new-1", NodeName: "new-1", State: tc.state}})
 			g.Expect(err).NotTo(HaveOccurred())
 			if tc.pods > 0 {
 				ready := meta.FindStatusCondition(st.Conditions, lbv1.KubeVIPTakeOverReadyCondition)
@@ -132,6 +162,18 @@ func TestEnsureTakesOverBGPKubeVIP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// memberNode is the Node of the caplb member new-1, with its agent's report (none when r is
+// nil) written at fenceNow.
+func memberNode(r *sessions) *corev1.Node {
+	n := readyNode("new-1")
+	if r != nil {
+		st := agentv1.AgentStatus{MembershipVersion: 1, Member: true, InDataPlane: true, Holding: true,
+			PeersEstablished: r.est, Peers: r.of, UpdatedAt: metav1.NewMicroTime(fenceNow)}
+		n.Annotations = map[string]string{agentv1.AgentStatusAnnotation: st.String()}
+	}
+	return n
 }
 
 // Removing spec.backend.bgp.takeOver rolls a fence back as for ARP; after an overlap (no fence

@@ -277,8 +277,8 @@ func quiesceReason(s lbv1.TargetState) string {
 // (or its node is down while another member serves the VIP), the drain period has passed since,
 // and — for a member being removed — a membership without it is issued and run by a majority of
 // its members. During a kube-vip takeover a machine outside the membership (one from before
-// caplb, running kube-vip) is done only once a caplb member holds (arp) or announces (bgp) the
-// VIP. Never on a timer alone; the controller bounds the wait with spec.quiesce.timeout.
+// caplb, running kube-vip) is done only once a caplb member holds (arp) or announces (bgp, with
+// every router's session Established) the VIP. Never on a timer alone; the controller bounds the wait with spec.quiesce.timeout.
 func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m providers.Member) (providers.QuiesceStatus, error) {
 	wait := providers.QuiesceStatus{RequeueAfter: b.pendingPoll()}
 	if m.NodeName == "" {
@@ -319,13 +319,17 @@ func (b *Backend) Quiesce(ctx context.Context, lb *lbv1.LoadBalancer, m provider
 		v := vs[m.NodeName]
 		out = !v.reported || v.dead() || !v.status.Holding || v.status.Quiesced
 		why = "it is not a member and does not hold the VIP"
-		if out && kubeVIPTakeOver(lb) != nil && vs.holder(cur, m.NodeName) == "" {
+		if bgp := lb.Spec.Backend.BGP != nil; out && kubeVIPTakeOver(lb) != nil && vs.takeOverServer(cur, m.NodeName, bgp) == "" {
 			// A machine from before caplb runs kube-vip, which may still serve the VIP: it
-			// leaves once a caplb member holds it (a BGP member: announces it), not while only
-			// kube-vip stands between the clients and an outage (spec.quiesce.timeout bounds the
-			// wait). A BGP kube-vip without election announces from this very node, so the
-			// routers keep a path only if a caplb member announces too.
+			// leaves once a caplb member holds it (a BGP member: announces it to every router,
+			// each session Established), not while only kube-vip stands between the clients and
+			// an outage (spec.quiesce.timeout bounds the wait). A BGP kube-vip without election
+			// announces from this very node, so the routers keep a path only if a caplb member's
+			// routes reach them too.
 			out, why = false, "a kube-vip takeover is under way and no caplb member serves the VIP yet"
+			if bgp {
+				why = "a kube-vip takeover is under way and " + noSessionsYet
+			}
 		}
 	}
 	if !out {
