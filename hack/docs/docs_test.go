@@ -19,6 +19,7 @@ var external = map[string]string{
 	"flag --master-ipv4-cidr":           "gcloud's, for a private GKE cluster",
 	"flag --all":                        "skopeo copy's",
 	"flag --config-file":                "kube-vip's",
+	"flag --bgppeers":                   "kube-vip's, which its manager ignores",
 	"flag --create-namespace":           "helm install's",
 }
 
