@@ -151,16 +151,26 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	g.Eventually(streamOn("n2", moved)).WithTimeout(10 * time.Second).Should(BeTrue())
 	// The kept-alive connection breaks once one of its segments reaches n2;
 	// one that went to n1 after it let go waits for a retransmission first,
-	// so wait for the failure rather than stopping the Prober under it.
-	keptFailed := func() bool {
-		for _, s := range p.Failures() {
-			if s.Kind == Kept && !s.At.Before(from) {
-				return true
+	// so wait for the break rather than stopping the Prober under it. n2
+	// resets it with a request on it (a failed sample), or, when the segment
+	// that reaches n2 first is the client's delayed ACK and no request is in
+	// flight, while it is idle: then nothing fails, and the next request goes
+	// out on a new connection (not reused), answered by n2 (seen in a CI run).
+	// Either way n1's connection did not carry over.
+	keptBroke := func() string {
+		for _, s := range p.Samples() {
+			switch {
+			case s.Kind != Kept || s.At.Before(from):
+			case !s.OK:
+				return "with a request on it: " + s.Err
+			case !s.At.Before(moved) && s.Node == "n2" && !s.Reused:
+				return "while idle: the next request went out on a new connection, to n2"
 			}
 		}
-		return false
+		return ""
 	}
-	g.Eventually(keptFailed).WithTimeout(10*time.Second).Should(BeTrue(), "the kept-alive connection to n1 broke")
+	g.Eventually(keptBroke).WithTimeout(10*time.Second).ShouldNot(BeEmpty(), "the kept-alive connection to n1 broke")
+	t.Logf("the kept-alive connection to n1 broke %s", keptBroke())
 	p.Stop()
 	rec.Stop()
 
@@ -174,9 +184,8 @@ func TestObserveHandoverInNamespaces(t *testing.T) {
 	g.Expect(*r.HolderLessMSMax).To(BeZero(), "make-before-break: never without a holder")
 	g.Expect(r.Replacements).To(Equal(1))
 	// Nothing carried the established connections over: the kept-alive
-	// connection broke (n2 resets what it does not know) and the stream to n1
-	// was reset or stalled, and the Prober says so.
-	g.Expect(r.FailedByKind).To(HaveKeyWithValue(Kept, BeNumerically(">=", 1)))
+	// connection broke (keptBroke above: n2 resets what it does not know) and
+	// the stream to n1 was reset or stalled, and the Prober says so.
 	g.Expect(r.FailedByKind[Stream] + r.StreamInterruptions).To(BeNumerically(">=", 1))
 	if d := os.Getenv("OBSERVE_SVG_DIR"); d != "" {
 		f, err := os.Create(filepath.Join(d, "handover.svg"))
