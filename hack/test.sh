@@ -123,7 +123,15 @@ runpkg() {
 	local dir start rc=0
 	dir=$("$GO" list -f '{{.Dir}}' "$pkg")
 	start=$(date +%s%N)
-	(cd "$dir" && "$tests/$i.test" -test.count=1 -test.timeout=40m -test.paniconexit0 "$@" "${testflags[@]}") || rc=$?
+	# As go test with a package list: the output of a passing package is shown only with -v.
+	local out="$tests/$i.out"
+	if [[ " ${testflags[*]} " == *" -test.v"* ]]; then
+		out=/dev/stdout
+	fi
+	(cd "$dir" && "$tests/$i.test" -test.count=1 -test.timeout=40m -test.paniconexit0 "$@" "${testflags[@]}") >"$out" 2>&1 || rc=$?
+	if [ "$rc" -ne 0 ] && [ "$out" != /dev/stdout ]; then
+		cat "$out"
+	fi
 	local ms=$((($(date +%s%N) - start) / 1000000))
 	local secs
 	secs=$(printf '%d.%03ds' $((ms / 1000)) $((ms % 1000)))
