@@ -162,7 +162,7 @@ func (r *LoadBalancerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.Metrics.forget(req.Namespace, req.Name)
 			r.pending.Delete(req.NamespacedName)
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, r.releaseOrphanMarks(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
