@@ -10,10 +10,10 @@
 # only after both, alone, so that neither they nor the idle packages' timeouts are measured
 # against the other.
 #
-#   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time
+#   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time; then RULETEST_DIR's
+#           and CHART_TEST_DIR's packages (their own modules, no lab either)
 #   step 2: every other package, one at a time; of SOLO_TEST_PKGS, all but SOLO_TESTS
 #   step 3: SOLO_TESTS of SOLO_TEST_PKGS, one package at a time, once step 1 has ended
-#   steps 4, 5: RULETEST_DIR and CHART_TEST_DIR, their own modules
 #
 # The test binaries of steps 2 and 3 are linked ahead, in the background at idle priority, in the
 # order they run (`go test -c`), and run from there: linked by `go test -p 1`, each of the 28
@@ -40,6 +40,9 @@ for f in "${flags[@]}"; do
 	*) testflags+=("$f") ;; # the value of the flag before it (-run Foo)
 	esac
 done
+
+began=$(date +%s)
+elapsed() { echo "$(($(date +%s) - began)) s"; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/caplb-test-XXXXXX")
 bg=""
@@ -70,12 +73,22 @@ idle=(chrt --idle 0)
 if ! command -v chrt >/dev/null; then
 	idle=(nice -n 19)
 fi
-echo "go test, step 1 of 5: $(count "$parallel") packages without network labs, two at a time, in the" \
-	"background at idle CPU priority (${idle[*]}); their output follows step 2"
+echo "go test, step 1 of 3: $(count "$parallel") packages without network labs, two at a time, then" \
+	"$RULETEST_DIR/... and $CHART_TEST_DIR/... (their own modules), in the background at idle CPU" \
+	"priority (${idle[*]}); their output follows step 2"
 # set -m: the background step gets its own process group, so that cleanup stops its test
 # binaries and API servers too.
 set -m
-"${idle[@]}" "$GO" test -count=1 -p 2 -timeout 30m "${flags[@]}" $parallel >"$work/step1.log" 2>&1 &
+(
+	rc=0
+	"${idle[@]}" "$GO" test -count=1 -p 2 -timeout 30m "${flags[@]}" $parallel || rc=1
+	echo "go test, step 1: $RULETEST_DIR/... (its own module)"
+	(cd "$RULETEST_DIR" && "${idle[@]}" "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...) || rc=1
+	echo "go test, step 1: $CHART_TEST_DIR/... (its own module)"
+	(cd "$CHART_TEST_DIR" && "${idle[@]}" "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...) || rc=1
+	echo "go test, step 1 ended after $(elapsed)"
+	exit "$rc"
+) >"$work/step1.log" 2>&1 &
 bg=$!
 set +m
 
@@ -153,43 +166,41 @@ indexof() {
 	done
 }
 
-echo "go test, step 2 of 5: $(count "$labs") packages with light network labs, one at a time (lab" \
+echo "go test, step 2 of 3: $(count "$labs") packages with light network labs, one at a time (lab" \
 	"binaries built once into $CAPLB_LAB_BINDIR; test binaries linked ahead into $tests)"
 rc2=0
 for pkg in $labs; do
 	runpkg "$(indexof "$pkg")" "$pkg" || rc2=1
 done
-echo "go test, step 2 of 5, continued: the tests of $(count "$solo") packages with real control-plane" \
+echo "go test, step 2 of 3, continued: the tests of $(count "$solo") packages with real control-plane" \
 	"labs that boot none (all but $SOLO_TESTS)"
 for pkg in $solo; do
 	runpkg "$(indexof "$pkg")" "$pkg" -test.skip "$SOLO_TESTS" || rc2=1
 done
 
 if kill -0 "$bg" 2>/dev/null; then
-	echo "go test: waiting for step 1 to end"
+	echo "go test: step 2 ended after $(elapsed); waiting for step 1 to end"
+else
+	echo "go test: step 2 ended after $(elapsed)"
 fi
 rc1=0
 wait "$bg" || rc1=$?
 bg=""
-echo "go test, step 1 of 5 (output):"
+echo "go test, step 1 of 3 (output):"
 cat "$work/step1.log"
 if [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ]; then
 	echo "go test: step 1 exited $rc1, step 2 exited $rc2" >&2
 	exit 1
 fi
 
-echo "go test, step 3 of 5: the tests that boot real control planes ($SOLO_TESTS), one package at" \
+echo "go test, step 3 of 3: the tests that boot real control planes ($SOLO_TESTS), one package at" \
 	"a time, alone"
 rc3=0
 for pkg in $solo; do
 	runpkg "$(indexof "$pkg")" "$pkg" -test.run "$SOLO_TESTS" || rc3=1
 done
 if [ "$rc3" -ne 0 ]; then
-	echo "go test: step 3 failed" >&2
+	echo "go test: step 3 failed after $(elapsed)" >&2
 	exit 1
 fi
-
-echo "go test, step 4 of 5: $RULETEST_DIR/... (its own module)"
-(cd "$RULETEST_DIR" && "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...)
-echo "go test, step 5 of 5: $CHART_TEST_DIR/... (its own module)"
-(cd "$CHART_TEST_DIR" && "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...)
+echo "go test: step 3 ended after $(elapsed)"

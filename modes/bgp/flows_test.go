@@ -3,6 +3,7 @@ package bgp
 import (
 	"errors"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -209,4 +210,44 @@ func TestLocalFlowsCountsWhatIsLeftOut(t *testing.T) {
 	g.Expect(s.LocalFlows()).To(Equal(kept))
 	g.Expect(s.LocalFlows()).To(Equal(kept))
 	g.Expect(metricValue(t, s.metrics.flowsCut)).To(Equal(10.0))
+}
+
+// countingTable counts the reads of its forwarded-packets counter, which grows by 5 each read.
+type countingTable struct {
+	fakeFlowTable
+	reads int
+}
+
+func (c *countingTable) Forwarded() uint64 { c.reads++; return uint64(5 * c.reads) }
+
+// TestFlowCountersReadAtMostEveryInterval: the kernel's counters (eight nftables dumps) are read
+// at most every flowCountInterval however often the lists change, and once more as the tables
+// are removed, so that nothing they counted is lost; the next tables count from zero.
+func TestFlowCountersReadAtMostEveryInterval(t *testing.T) {
+	g := NewWithT(t)
+	table := &countingTable{}
+	s, _ := bareSpeaker(t, flowKernel{
+		newForwarder: func(flows.ForwarderConfig) (flowTable, error) { return table, nil },
+		gateway:      func(netip.Addr) (netip.Addr, error) { return netip.Addr{}, nil },
+	})
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	owner := netip.MustParseAddr("10.44.0.11")
+	set := func(port int) {
+		fl := flow("10.20.0.2:"+strconv.Itoa(port), "10.0.0.100:6443")
+		g.Expect(s.SetForeignFlows(map[flows.Flow]netip.Addr{fl: owner}, []netip.Addr{owner})).To(Succeed())
+	}
+	for i := range 10 {
+		set(40000 + i)
+		now = now.Add(flowCountInterval / 10)
+	}
+	g.Expect(table.reads).To(Equal(1), "ten changes within the interval: one read")
+	set(41000)
+	g.Expect(table.reads).To(Equal(2), "the interval passed: read again")
+	g.Expect(s.forwarded).To(Equal(uint64(10)))
+	s.mu.Lock()
+	g.Expect(s.closeFlowsLocked()).To(Succeed())
+	s.mu.Unlock()
+	g.Expect(table.reads).To(Equal(3), "read once more as the tables go")
+	g.Expect(s.forwarded).To(BeZero(), "the next tables count from zero")
 }

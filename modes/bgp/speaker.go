@@ -67,6 +67,8 @@ type Speaker struct {
 	held           uint64
 	holdFull       uint64
 	copiesLimited  uint64
+	// countedAt is when the kernel's counters were last read (countForwardedLocked).
+	countedAt time.Time
 	// flowsCut: connections left out of the last list (logged when it changes).
 	flowsCut int
 	// servedPorts are the ports the VIPs serve: only their segments are held (flows.ForwarderConfig).
