@@ -17,9 +17,14 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 	rep.Eligible = in.healthy && !st.quiescing
 	quiet := st.quiescing && !st.holding
 	busy := 0
+	unrouted := false
 	if r.cfg.Mode == agentv1.ModeBGP {
-		rep.InDataPlane = st.holding
 		rep.PeersEstablished, rep.Peers = sessions(in.peers)
+		// Announcing reaches clients only through a router that has the session up: a member
+		// whose every session is down (a router that refuses it, a wrong AS) is not in rotation,
+		// whatever it announces. Sessions not read yet (Peers 0) do not hold it back.
+		unrouted = rep.Peers > 0 && rep.PeersEstablished == 0
+		rep.InDataPlane = st.holding && !unrouted
 		// Withdrawn routes take the drain period to leave the peers'
 		// tables and the flows on them to finish.
 		quiet = quiet && (st.releasedAt.IsZero() || in.now.Sub(st.releasedAt) >= r.cfg.Quiesce.Drain.Duration)
@@ -54,6 +59,8 @@ func (r rules) report(st loopState, in inputs) agentv1.AgentStatus {
 		rep.Reason = "not a member of the membership it runs"
 	case !in.healthy:
 		rep.Reason = "local API server unhealthy"
+	case st.holding && unrouted:
+		rep.Reason = fmt.Sprintf("announcing, but none of its %d BGP sessions is established", rep.Peers)
 	case st.holding:
 		rep.Reason = "holding the VIP"
 	default:

@@ -34,24 +34,29 @@ func TestReportBGPSessions(t *testing.T) {
 		peers           []dataplane.PeerStatus
 		established, of int
 		all             bool
+		inDataPlane     bool
 	}{
-		{name: "announcing, both routers refuse the session", tweak: bgpMode, st: announcing,
+		{name: "announcing, both routers refuse the session: not in rotation", tweak: bgpMode, st: announcing,
 			peers: sessionsOf("active", "idle"), of: 2},
 		{name: "announcing, one of two up", tweak: bgpMode, st: announcing,
-			peers: sessionsOf(dataplane.PeerEstablished, "opensent"), established: 1, of: 2},
+			peers: sessionsOf(dataplane.PeerEstablished, "opensent"), established: 1, of: 2, inDataPlane: true},
 		{name: "announcing, both up", tweak: bgpMode, st: announcing,
-			peers: sessionsOf(dataplane.PeerEstablished, dataplane.PeerEstablished), established: 2, of: 2, all: true},
+			peers: sessionsOf(dataplane.PeerEstablished, dataplane.PeerEstablished), established: 2, of: 2, all: true, inDataPlane: true},
 		{name: "withdrawn, sessions still counted", tweak: bgpMode, st: loopState{quiesceBy: map[string]string{}},
 			peers: sessionsOf(dataplane.PeerEstablished), established: 1, of: 1, all: true},
-		{name: "no status read yet", tweak: bgpMode, st: announcing},
-		{name: "arp: no sessions to report", st: announcing, peers: sessionsOf(dataplane.PeerEstablished)},
+		{name: "no status read yet", tweak: bgpMode, st: announcing, inDataPlane: true},
+		{name: "arp: no sessions to report", st: announcing, peers: sessionsOf(dataplane.PeerEstablished), inDataPlane: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			rep := stepRules(t, tc.tweak).report(tc.st, inputs{now: t0, healthy: true, peers: tc.peers})
+			rep := stepRules(t, tc.tweak).report(tc.st, inputs{now: t0, healthy: true, runningMember: true, peers: tc.peers})
 			g.Expect(rep.PeersEstablished).To(Equal(tc.established))
 			g.Expect(rep.Peers).To(Equal(tc.of))
 			g.Expect(rep.AllPeersEstablished()).To(Equal(tc.all))
+			g.Expect(rep.InDataPlane).To(Equal(tc.inDataPlane))
+			if tc.st.holding && !tc.inDataPlane {
+				g.Expect(rep.Reason).To(Equal("announcing, but none of its 2 BGP sessions is established"))
+			}
 			if tc.of == 0 {
 				g.Expect(rep.String()).NotTo(ContainSubstring("peers"), "omitted when there is nothing to say")
 			}
