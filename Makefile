@@ -45,8 +45,8 @@ check: ## Fail on unformatted code and go vet findings.
 # Packages whose tests run no network lab and measure no sub-second timer: make test runs them
 # two at a time, in the background at idle CPU priority, beside the light labs (hack/test.sh says
 # why that leaves the labs' timings alone). A new package runs with the labs until it is listed here.
-# e2e/integration and e2e/install (each several API servers and managers) are not listed side by side: started
-# together at idle priority they were slow enough that a manager's stop outlived its grace period once.
+# Keep e2e/integration and e2e/install (each several API servers and managers) out of the front of the list:
+# started first, together, at idle priority, they were slow enough that a manager's stop outlived its grace once.
 PARALLEL_TEST_PKGS := ./api/... ./cmd/... ./config/... ./controllers/... ./providers/... ./hack/... \
 	./internal/... ./templates/... ./e2e/integration ./e2e/install ./e2e/templates ./e2e/envtest \
 	./e2e/harness ./e2e/testinfra ./e2e/testpki ./e2e/bench/controller ./e2e/bench/rollout \
