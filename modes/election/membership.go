@@ -104,6 +104,9 @@ type Membership struct {
 	// (the gossip key authenticates; the address binds the name), and a
 	// consumer may still send to it (SendDeparted).
 	departed map[string]peer
+	// pushedAt: when this node last push/pulled with each alive node that
+	// ran an older membership version (behindLocked).
+	pushedAt map[string]time.Time
 	// lastHolder is the other member whose gossip last said it holds the
 	// VIP, kept when it dies (View.LastHolder), also once this member
 	// claimed (the previous owner drains, and may be starved meanwhile);
@@ -154,6 +157,7 @@ func Start(cfg Config, meta Meta, logger logr.Logger) (*Membership, error) {
 		seen:        map[string]bool{cfg.Self: true},
 		peers:       map[string]peer{},
 		departed:    map[string]peer{},
+		pushedAt:    map[string]time.Time{},
 		base:        time.Now(),
 		metaUpdates: make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -429,14 +433,17 @@ func (m *Membership) every(interval time.Duration, fn func()) {
 	}
 }
 
+// rejoin joins the members of the roster that are not alive, and
+// push/pulls with the alive nodes that run an older membership version
+// (pushBehind).
 func (m *Membership) rejoin() {
 	alive := map[string]bool{}
 	m.mu.Lock()
 	for name := range m.peers {
 		alive[name] = true
 	}
+	addrs := m.behindLocked(time.Now())
 	m.mu.Unlock()
-	var addrs []string
 	for _, c := range m.Roster().Members {
 		if c.Name != m.cfg.Self && !alive[c.Name] {
 			addrs = append(addrs, net.JoinHostPort(c.Address.String(), strconv.Itoa(m.cfg.Port)))

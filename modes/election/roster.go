@@ -3,6 +3,7 @@ package election
 import (
 	"encoding/json"
 	"net/netip"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 
@@ -108,6 +109,46 @@ func (m *Membership) Pull(names []string) {
 		_, _ = m.ml.Join(addrs)
 	}
 }
+
+// behindLocked returns the addresses of the alive nodes whose metadata says
+// they run an older membership version than this node, at most once per
+// pushBehindInterval each: the rejoin loop push/pulls with them, which
+// hands them this node's membership document (LocalState). Broadcasts and
+// the rejoin of members that are down do not reach every such node: a
+// joiner (it knows nobody) that answers a member's direct ping first makes
+// itself known by the alive message its ack carries, so every member takes
+// it for alive and never joins it, and the broadcast of the version that
+// added it went out before it was up; it would learn the version only when
+// a periodic push/pull happened to pick it (seconds, at random). m.mu held.
+func (m *Membership) behindLocked(now time.Time) []string {
+	if !m.cfg.Dynamic {
+		return nil
+	}
+	for name := range m.pushedAt {
+		if _, ok := m.peers[name]; !ok {
+			delete(m.pushedAt, name)
+		}
+	}
+	var addrs []string
+	for name, p := range m.peers {
+		var meta Meta
+		if json.Unmarshal(p.meta, &meta) != nil || meta.Version >= m.roster.Version {
+			delete(m.pushedAt, name)
+			continue
+		}
+		if at, ok := m.pushedAt[name]; ok && now.Sub(at) < pushBehindInterval {
+			continue
+		}
+		m.pushedAt[name] = now
+		addrs = append(addrs, netip.AddrPortFrom(p.addr, p.port).String())
+	}
+	return addrs
+}
+
+// pushBehindInterval spaces the push/pulls with a node that stays behind
+// (an agent of a release without dynamic membership, during an upgrade):
+// one TCP exchange every few seconds, not every rejoin interval.
+const pushBehindInterval = 5 * time.Second
 
 func (m *Membership) broadcastRoster(r Roster) {
 	if !m.cfg.Dynamic {

@@ -317,3 +317,33 @@ func TestVersionAndDigestMoveTogether(t *testing.T) {
 	g.Expect([]any{v.Version, v.Digest, v.Members[0].Meta.Version, v.Members[0].Meta.ConfigDigest}).
 		To(Equal([]any{int64(2), "d2", int64(2), "d2"}))
 }
+
+// TestJoinerKnownByItsAckLearnsMembership: a joiner that knows nobody
+// (version 0, no members) and that the members first hear of through its
+// ack to their direct pings (the ack carries its alive message, so every
+// member takes it for alive and none joins it) still learns the version
+// that added it at once, not when a periodic push/pull happens to pick it.
+// Before the members pushed to nodes that run an older version, about half
+// of these rounds timed out.
+func TestJoinerKnownByItsAckLearnsMembership(t *testing.T) {
+	key := [][]byte{[]byte("0123456789abcdef0123456789abcdef")}
+	for round := 0; round < 8; round++ {
+		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			g := NewWithT(t)
+			port := freePortN(t, 4)
+			v2 := roster(2, 1, 2, 3, 4)
+			var ns []*node
+			for i := 1; i <= 3; i++ {
+				ns = append(ns, startDynamic(t, port, i, v2, key, "lb"))
+			}
+			// The members ping m4 directly every probe interval and try to
+			// join it every rejoin interval: started a little after them,
+			// m4 is reached first by either.
+			time.Sleep(time.Duration(round) * 45 * time.Millisecond)
+			joiner := startDynamic(t, port, 4, Roster{}, key, "lb")
+			g.Eventually(func() int64 { return joiner.Roster().Version }, 3*time.Second, 20*time.Millisecond).Should(Equal(int64(2)),
+				"the joiner learns the version that added it")
+			g.Eventually(func() bool { return joiner.View().Member }, 3*time.Second, 20*time.Millisecond).Should(BeTrue())
+		})
+	}
+}
