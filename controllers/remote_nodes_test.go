@@ -338,16 +338,28 @@ func TestNodeEventsMapToLocalNodeTargetsOnly(t *testing.T) {
 	h.g.Expect(reqs[0].Name).To(Equal("local"))
 }
 
-// The ClusterCache's connect/disconnect/probe events wake a Cluster's remote Node
-// LoadBalancers, not its Machine ones.
-func TestClusterCacheEventsMapToRemoteNodeTargetsOnly(t *testing.T) {
+// The ClusterCache's connect/disconnect/probe events wake a Cluster's LoadBalancers that work
+// through the connection (remote Node targets, VIP backends, an endpoint move), not a static one
+// of Machine targets, nor another Cluster's.
+func TestClusterCacheEventsMapToWorkloadLoadBalancers(t *testing.T) {
 	remote := nodeLB("c1", "ns")
 	remote.Name = "remote"
-	machines := newLB("machines") // cluster c1 too
-	h := newHarness(t, remote, machines)
-	reqs := h.r.clusterToRemoteNodeLoadBalancers(context.Background(), testCluster("c1"))
-	h.g.Expect(reqs).To(HaveLen(1))
-	h.g.Expect(reqs[0].Name).To(Equal("remote"))
+	static := newLB("static") // cluster c1 too
+	arp := newLB("arp")
+	arp.Spec.Backend = lbv1.Backend{ARP: &lbv1.ARPBackend{}}
+	bgp := newLB("bgp")
+	bgp.Spec.Backend = lbv1.Backend{BGP: &lbv1.BGPBackend{}}
+	move := newLB("move")
+	move.Spec.TakeOverEndpointFrom = &lbv1.EndpointTakeOver{}
+	otherCluster := newLB("other")
+	otherCluster.Spec.ClusterName = "c2"
+	otherCluster.Spec.Backend = lbv1.Backend{ARP: &lbv1.ARPBackend{}}
+	h := newHarness(t, remote, static, arp, bgp, move, otherCluster)
+	var names []string
+	for _, r := range h.r.clusterToWorkloadLoadBalancers(context.Background(), testCluster("c1")) {
+		names = append(names, r.Name)
+	}
+	h.g.Expect(names).To(ConsistOf("remote", "arp", "bgp", "move"))
 }
 
 // Deleting a remote Node LoadBalancer whose workload cluster answers releases the workload
