@@ -10,8 +10,8 @@
 # only after both, alone, so that neither they nor the idle packages' timeouts are measured
 # against the other.
 #
-#   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time; then RULETEST_DIR's
-#           and CHART_TEST_DIR's packages (their own modules, no lab either)
+#   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time, and beside them
+#           RULETEST_DIR's and CHART_TEST_DIR's packages (their own modules, no lab either)
 #   step 2: every other package, one at a time; of SOLO_TEST_PKGS, all but SOLO_TESTS
 #   step 3: SOLO_TESTS of SOLO_TEST_PKGS, one package at a time, once step 1 has ended
 #
@@ -73,19 +73,29 @@ idle=(chrt --idle 0)
 if ! command -v chrt >/dev/null; then
 	idle=(nice -n 19)
 fi
-echo "go test, step 1 of 3: $(count "$parallel") packages without network labs, two at a time, then" \
+echo "go test, step 1 of 3: $(count "$parallel") packages without network labs, two at a time, and beside them" \
 	"$RULETEST_DIR/... and $CHART_TEST_DIR/... (their own modules), in the background at idle CPU" \
 	"priority (${idle[*]}); their output follows step 2"
 # set -m: the background step gets its own process group, so that cleanup stops its test
 # binaries and API servers too.
 set -m
 (
+	set +m # its background jobs stay in its process group, which cleanup stops
 	rc=0
+	# The two own modules beside the packages, not after them: run last, their build and tests
+	# were the tail that step 3 waited for.
+	modules=()
+	for dir in "$RULETEST_DIR" "$CHART_TEST_DIR"; do
+		(cd "$dir" && "${idle[@]}" "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...) >"$work/module.${#modules[@]}.log" 2>&1 &
+		modules+=("$!:$dir")
+	done
 	"${idle[@]}" "$GO" test -count=1 -p 2 -timeout 30m "${flags[@]}" $parallel || rc=1
-	echo "go test, step 1: $RULETEST_DIR/... (its own module)"
-	(cd "$RULETEST_DIR" && "${idle[@]}" "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...) || rc=1
-	echo "go test, step 1: $CHART_TEST_DIR/... (its own module)"
-	(cd "$CHART_TEST_DIR" && "${idle[@]}" "$GO" test -count=1 -timeout 10m "${flags[@]}" ./...) || rc=1
+	echo "go test, step 1: the packages ended after $(elapsed)"
+	for i in "${!modules[@]}"; do
+		echo "go test, step 1: ${modules[$i]#*:}/... (its own module)"
+		wait "${modules[$i]%%:*}" || rc=1
+		cat "$work/module.$i.log"
+	done
 	echo "go test, step 1 ended after $(elapsed)"
 	exit "$rc"
 ) >"$work/step1.log" 2>&1 &

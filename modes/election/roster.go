@@ -131,6 +131,9 @@ func (m *Membership) behindLocked(now time.Time) []string {
 	}
 	var addrs []string
 	for name, p := range m.peers {
+		if name == m.cfg.Self {
+			continue // its own entry lags behind SetRoster until the metadata update
+		}
 		var meta Meta
 		if json.Unmarshal(p.meta, &meta) != nil || meta.Version >= m.roster.Version {
 			delete(m.pushedAt, name)
