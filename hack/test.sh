@@ -13,6 +13,7 @@
 #   step 1 (background, idle priority): PARALLEL_TEST_PKGS, two at a time, and beside them
 #           RULETEST_DIR's and CHART_TEST_DIR's packages (their own modules, no lab either)
 #   step 2: every other package, one at a time; of SOLO_TEST_PKGS, all but SOLO_TESTS
+#           (and never BENCH_ONLY_TESTS: real control-plane labs a benchmark runs instead)
 #   step 3: SOLO_TESTS of SOLO_TEST_PKGS, one package at a time, once step 1 has ended
 #
 # The test binaries of steps 2 and 3 are linked ahead, in the background at idle priority, in the
@@ -26,7 +27,7 @@
 set -euo pipefail
 
 GO=${GO:-go}
-: "${PARALLEL_TEST_PKGS:?}" "${SOLO_TEST_PKGS:?}" "${SOLO_TESTS:?}" "${RULETEST_DIR:?}" "${CHART_TEST_DIR:?}"
+: "${PARALLEL_TEST_PKGS:?}" "${SOLO_TEST_PKGS:?}" "${SOLO_TESTS:?}" "${BENCH_ONLY_TESTS:?}" "${RULETEST_DIR:?}" "${CHART_TEST_DIR:?}"
 read -r -a flags <<<"${GOTEST_FLAGS:-}"
 # flags split for the prelinked binaries: build flags to `go test -c`, the rest to the binary.
 buildflags=()
@@ -185,7 +186,7 @@ done
 echo "go test, step 2 of 3, continued: the tests of $(count "$solo") packages with real control-plane" \
 	"labs that boot none (all but $SOLO_TESTS)"
 for pkg in $solo; do
-	runpkg "$(indexof "$pkg")" "$pkg" -test.skip "$SOLO_TESTS" || rc2=1
+	runpkg "$(indexof "$pkg")" "$pkg" -test.skip "$SOLO_TESTS|$BENCH_ONLY_TESTS" || rc2=1
 done
 
 if kill -0 "$bg" 2>/dev/null; then

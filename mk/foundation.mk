@@ -32,6 +32,6 @@ bench-rollout: testbin frr ## Benchmark a real (kubeadm-made) control plane's wh
 	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-rollout.json} $(GO) run ./e2e/bench/rollout -runs $(BENCH_ROLLOUT_RUNS) -fault-trials $(BENCH_ROLLOUT_FAULT_TRIALS)
 
 .PHONY: bench-takeover
-bench-takeover: testbin ## Benchmark moving a running cluster off real kube-vip (v0.9.1 and v1.2.2, static pods on a kubeadm-made control plane) onto caplb, and the unguarded swap as a control (root; about 15 min): JSON to $BENCH_OUT; exits non-zero when a goal is missed.
+bench-takeover: testbin nftables frr ## Benchmark moving a running cluster off real kube-vip (v0.9.1 and v1.2.2, static pods on a kubeadm-made control plane) onto caplb — ARP, the unguarded swap as a control, BGP with and without kube-vip's election (root; about 25 min): JSON to $BENCH_OUT; exits non-zero when a goal is missed.
 	@mkdir -p $(OUT)
 	BENCH_OUT=$${BENCH_OUT:-$(OUT)/bench-takeover.json} $(GO) run ./e2e/bench/takeover

@@ -53,15 +53,25 @@ spec:
     - name: cp_enable
       value: "true"
     - name: vip_interface
-      value: eth0
+      value: {{ .Interface }}
     - name: address
       value: {{ .VIP }}
     - name: port
       value: "6443"
     - name: vip_arp
+      value: "{{ not .BGP }}"
+{{- with .BGP }}
+    - name: bgp_enable
       value: "true"
+    - name: bgp_routerinterface
+      value: eth0
+    - name: bgp_as
+      value: "{{ .ASN }}"
+    - name: bgp_peers
+      value: {{ .Peers }}
+{{- end }}
     - name: vip_leaderelection
-      value: "true"
+      value: "{{ .Elect }}"
     - name: vip_leaseduration
       value: "15"
     - name: vip_renewdeadline
@@ -104,14 +114,33 @@ spec:
 status: {}
 `))
 
-// KubeVIPManifest is kube-vip's static pod for vip, at the given release. From v1 on kube-vip
-// reaches the API server at its kubeconfig's server (admin.conf: the VIP, which nobody holds on
-// a new cluster's first machine) unless kubernetes_addr names another: the manifest sets it to
-// the node itself, as the hostAlias did for v0.x (found by this lab with v1.2.2: without it
-// kube-vip never took its Lease).
-func KubeVIPManifest(version string, vip netip.Addr) ([]byte, error) {
+// KubeVIPBGP makes kube-vip's manifest announce the VIP by BGP (bgp_enable, the VIP on lo,
+// vip_arp off) to Peers, kube-vip's bgp_peers (<address>:<AS>:<password>, comma-separated), as
+// AS ASN with the node's eth0 address as its router ID: the shape of kube-vip's BGP docs.
+type KubeVIPBGP struct {
+	ASN   uint32
+	Peers string
+	// NoElection: every kube-vip node announces (vip_leaderelection false), the overlap case
+	// nothing fences; otherwise only the Lease's leader does.
+	NoElection bool
+}
+
+// KubeVIPManifest is kube-vip's static pod for vip, at the given release: ARP with Lease election
+// (CAPV's), or BGP when bgp is set. From v1 on kube-vip reaches the API server at its
+// kubeconfig's server (admin.conf: the VIP, which nobody holds on a new cluster's first machine)
+// unless kubernetes_addr names another: the manifest sets it to the node itself, as the
+// hostAlias did for v0.x (found by this lab with v1.2.2: without it kube-vip never took its
+// Lease).
+func KubeVIPManifest(version string, vip netip.Addr, bgp *KubeVIPBGP) ([]byte, error) {
 	var b bytes.Buffer
-	data := struct{ VIP, Image, KubernetesAddr string }{VIP: vip.String(), Image: kubeVIPImageRepo + ":" + version}
+	data := struct {
+		VIP, Image, KubernetesAddr, Interface string
+		Elect                                 bool
+		BGP                                   *KubeVIPBGP
+	}{VIP: vip.String(), Image: kubeVIPImageRepo + ":" + version, Interface: "eth0", Elect: true, BGP: bgp}
+	if bgp != nil {
+		data.Interface, data.Elect = "lo", !bgp.NoElection
+	}
 	if !strings.HasPrefix(version, "v0.") {
 		data.KubernetesAddr = fmt.Sprintf("kubernetes:%d", apiPort)
 	}
@@ -135,8 +164,8 @@ func (l *Lab) kubeVIPRole() *bootRole {
 // keys and kubeconfig as KCP makes them, and the bootstrap Secret with kube-vip's manifest. No
 // LoadBalancer yet.
 func (l *Lab) CreateKubeVIPCluster(ctx context.Context) (netip.Addr, error) {
-	if l.real == nil || l.opts.Backend != ARP || l.opts.KubeVIP.Binary == "" {
-		return netip.Addr{}, fmt.Errorf("a kube-vip cluster needs a real control plane, ARP and Options.KubeVIP")
+	if l.real == nil || l.opts.KubeVIP.Binary == "" {
+		return netip.Addr{}, fmt.Errorf("a kube-vip cluster needs a real control plane and Options.KubeVIP")
 	}
 	vip := l.topo.poolFirst()
 	c := &clusterv1.Cluster{
@@ -149,7 +178,14 @@ func (l *Lab) CreateKubeVIPCluster(ctx context.Context) (netip.Addr, error) {
 	if err := l.Mgmt.Client.Create(ctx, c); err != nil {
 		return vip, fmt.Errorf("creating Cluster: %w", err)
 	}
-	manifest, err := KubeVIPManifest(l.opts.KubeVIP.Version, vip)
+	var bgp *KubeVIPBGP
+	if l.opts.Backend == BGP {
+		// kube-vip peers with the lab's router as caplb's agents do: the node AS, the router's
+		// listen range, its TCP-MD5 password.
+		bgp = &KubeVIPBGP{ASN: nodeASN, Peers: fmt.Sprintf("%s:%d:%s", routerAddr, routerASN, bgpPassword),
+			NoElection: l.opts.KubeVIP.NoElection}
+	}
+	manifest, err := KubeVIPManifest(l.opts.KubeVIP.Version, vip, bgp)
 	if err != nil {
 		return vip, err
 	}
@@ -172,26 +208,36 @@ func (l *Lab) CreateKubeVIPMachine(ctx context.Context, name string) (*clusterv1
 	return l.createMachine(ctx, name, l.kubeVIPSecret())
 }
 
-// CreateTakeOverLB creates the LoadBalancer that takes the VIP over from kube-vip: the ARP
-// sample's, its endpoint the Cluster's (kube-vip's VIP), spec.backend.arp.takeOver.kubeVIP with
-// kube-vip's Lease and its Service VIPs acknowledged (the lab has no Service of type
+// CreateTakeOverLB creates the LoadBalancer that takes the VIP over from kube-vip: the backend's
+// sample's, its endpoint the Cluster's (kube-vip's VIP), spec.backend.<arp|bgp>.takeOver.kubeVIP
+// with kube-vip's Lease and its Service VIPs acknowledged (the lab has no Service of type
 // LoadBalancer). Unguarded leaves takeOver out: the swap CAPV's migration describes, a control.
 // leaseName, when set, names another Lease than kube-vip's (a refusal to show).
 func (l *Lab) CreateTakeOverLB(ctx context.Context, unguarded bool, leaseName string) (*lbv1.LoadBalancer, error) {
-	lb, secrets, err := lab.SampleObjects("cluster_kubeadm_arp_ipam.yaml", l.Namespace)
+	lb, secrets, err := lab.SampleObjects(sampleFile(l.opts.Backend), l.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	drain := lbv1.Duration{Duration: labDrainPeriod}
 	lb.Spec.Quiesce.DrainPeriod = &drain
 	lb.Spec.Endpoint = lbv1.APIEndpoint{Host: l.vip.String(), Port: apiPort}
-	lb.Spec.Backend.ARP.AddressFrom = nil
 	if leaseName == "" {
 		leaseName = kubeVIPLeaseName
 	}
+	var takeOver *lbv1.TakeOver
 	if !unguarded {
-		lb.Spec.Backend.ARP.TakeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{
+		takeOver = &lbv1.TakeOver{KubeVIP: &lbv1.KubeVIPTakeOver{
 			LeaseNamespace: "kube-system", LeaseName: leaseName, AcknowledgeServiceVIPs: true}}
+	}
+	if b := lb.Spec.Backend.BGP; b != nil {
+		// The lab's one router, as CreateCluster has it; kube-vip announces to the same.
+		b.AddressFrom, b.TakeOver = nil, takeOver
+		b.Peers = b.Peers[:1]
+		b.Peers[0].Address = routerAddr.String()
+		b.Peers[0].ASN = routerASN
+		b.ASN = nodeASN
+	} else {
+		lb.Spec.Backend.ARP.AddressFrom, lb.Spec.Backend.ARP.TakeOver = nil, takeOver
 	}
 	for _, s := range secrets {
 		if err := l.Mgmt.Client.Create(ctx, s); err != nil {
@@ -292,4 +338,7 @@ func (n *Node) createMirrorPod(ctx context.Context) error {
 type KubeVIPOptions struct {
 	// Version is the release (the image tag in the manifest), Binary kube-vip built at it.
 	Version, Binary string
+	// NoElection (BGP only): every kube-vip node announces the VIP (vip_leaderelection
+	// false), the overlap nothing fences; otherwise kube-vip elects on its Lease.
+	NoElection bool
 }

@@ -36,6 +36,10 @@ type TakeOverScenario struct {
 	// hold), the swap as CAPV's migration describes it. It checks nothing of the hand-over and
 	// ends when the last kube-vip Machine is gone.
 	Unguarded bool
+	// RollBack (BGP with kube-vip's election): once caplb's first member announces alone, takeOver
+	// is removed — the manager deletes the fence and kube-vip elects a leader that announces
+	// again — and then set again, and the takeover goes on.
+	RollBack bool
 
 	// KubeVIPMachines are the Machines that ran kube-vip; CaplbMachines the ones that replaced
 	// them; HandOver is when caplb first held the VIP alone (zero if never).
@@ -43,9 +47,18 @@ type TakeOverScenario struct {
 	HandOver                       time.Time
 	// Fenced is when the scenario saw the manager's fence (KubeVIPTakeOver Fenced).
 	Fenced time.Time
+	// Started is when the takeover began (the LoadBalancer created): before it, kube-vip alone
+	// served the VIP.
+	Started time.Time
 
 	seq  int
 	life Scenario
+}
+
+// overlap: kube-vip announces by BGP from every node (no election): caplb's members announce
+// beside it, nothing is fenced, and each kube-vip node withdraws as its Machine goes.
+func (s *TakeOverScenario) overlap() bool {
+	return s.Lab.opts.Backend == BGP && s.Lab.opts.KubeVIP.NoElection
 }
 
 // takeOverTimeout bounds the hand-over once the fence is written: kube-vip's leader steps down
@@ -95,19 +108,26 @@ func (s *TakeOverScenario) Run(ctx context.Context) (Report, error) {
 	}
 	// The guarded takeover first names another Lease than kube-vip's: the manager must refuse
 	// on kube-vip's real mirror Pods, fence nothing, and proceed once the spec is corrected.
+	// (A kube-vip that does not elect has no Lease to name: nothing to refuse.)
 	wrongLease := ""
-	if !s.Unguarded {
+	if !s.Unguarded && !s.overlap() {
 		wrongLease = "kube-vip-cp"
 	}
+	s.Started = time.Now()
 	lb, err := l.CreateTakeOverLB(ctx, s.Unguarded, wrongLease)
 	if err != nil {
 		return rep, err
 	}
 	s.life.lbName = lb.Name
-	if !s.Unguarded {
+	if wrongLease != "" {
 		if err := s.refusedThenCorrected(ctx); err != nil {
 			return rep, err
 		}
+	} else if !s.Unguarded {
+		if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverReadyCondition, lbv1.KubeVIPTakeOverReadyReason, endpointTimeout); err != nil {
+			return rep, err
+		}
+		s.life.step("KubeVIPTakeOverReady: the manager read kube-vip's mirror Pods and allows the hand-over")
 	}
 
 	for round := 1; round <= s.Replicas; round++ {
@@ -121,10 +141,26 @@ func (s *TakeOverScenario) Run(ctx context.Context) (Report, error) {
 			return rep, err
 		}
 		s.CaplbMachines = append(s.CaplbMachines, name)
-		if round == 1 && !s.Unguarded {
+		if round == 1 && !s.Unguarded && !s.overlap() {
 			if err := s.waitHandOver(ctx, name); err != nil {
 				return rep, err
 			}
+			if s.RollBack {
+				if err := s.rollBackAndAgain(ctx, name); err != nil {
+					return rep, err
+				}
+			}
+		}
+		if round == 1 && s.overlap() {
+			if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverCondition, lbv1.KubeVIPOverlappingReason, takeOverTimeout); err != nil {
+				return rep, err
+			}
+			if err := s.life.waitHolders(ctx, name+" announces beside kube-vip", func(h []string) bool {
+				return slices.Contains(h, name) && len(h) > 1
+			}); err != nil {
+				return rep, err
+			}
+			s.life.step("KubeVIPTakeOver Overlapping: %s (caplb) announces the VIP beside kube-vip's nodes", name)
 		}
 		oldest := s.KubeVIPMachines[round-1]
 		s.life.step("rollout %d/%d: delete %s (kube-vip)", round, s.Replicas, oldest)
@@ -170,18 +206,9 @@ func (s *TakeOverScenario) refusedThenCorrected(ctx context.Context) error {
 		return fmt.Errorf("kube-vip's Lease is held by %s while the takeover is refused, not by kube-vip", h)
 	}
 	s.life.step("refused (KubeVIPLeaseMismatch: the spec names kube-system/kube-vip-cp), nothing fenced: kube-vip on %s keeps its Lease", ptrString(lease.Spec.HolderIdentity))
-	err := harness.Poll(ctx, endpointTimeout, "correct the Lease name", func(ctx context.Context) (bool, string, error) {
-		lb, err := s.Lab.LB(ctx, s.life.lbName)
-		if err != nil {
-			return false, "", err
-		}
-		lb.Spec.Backend.ARP.TakeOver.KubeVIP.LeaseName = kubeVIPLeaseName
-		if err := s.Lab.Mgmt.Client.Update(ctx, lb); err != nil {
-			return false, err.Error(), nil // a conflict with the controller's status: again
-		}
-		return true, "", nil
-	})
-	if err != nil {
+	if err := s.updateLB(ctx, "correct the Lease name", func(lb *lbv1.LoadBalancer) {
+		lb.Spec.Backend.TakeOver().KubeVIP.LeaseName = kubeVIPLeaseName
+	}); err != nil {
 		return err
 	}
 	if err := s.waitCondition(ctx, lbv1.KubeVIPTakeOverReadyCondition, lbv1.KubeVIPTakeOverReadyReason, endpointTimeout); err != nil {
@@ -189,6 +216,61 @@ func (s *TakeOverScenario) refusedThenCorrected(ctx context.Context) error {
 	}
 	s.life.step("leaseName corrected: KubeVIPTakeOverReady, the manager read kube-vip's mirror Pods and allows the hand-over")
 	return nil
+}
+
+// rollBackAndAgain removes takeOver (rollback): the manager deletes its fence, kube-vip elects a
+// leader that takes the Lease and announces the VIP again beside first (BGP: both paths are the
+// cluster's API servers). Then takeOver is set again: fenced anew, kube-vip's leader withdraws
+// and first announces alone.
+func (s *TakeOverScenario) rollBackAndAgain(ctx context.Context, first string) error {
+	if s.Lab.opts.Backend != BGP {
+		return fmt.Errorf("the rollback is shown with BGP (under ARP a caplb member that holds the VIP keeps it: roll the KubeadmControlPlane back too)")
+	}
+	var saved *lbv1.TakeOver
+	if err := s.updateLB(ctx, "remove takeOver", func(lb *lbv1.LoadBalancer) {
+		saved, lb.Spec.Backend.BGP.TakeOver = lb.Spec.Backend.BGP.TakeOver, nil
+	}); err != nil {
+		return err
+	}
+	s.life.step("rollback: takeOver removed")
+	var leader string
+	if err := harness.Poll(ctx, takeOverTimeout, "kube-vip leads again", func(ctx context.Context) (bool, string, error) {
+		lease := &coordv1.Lease{}
+		err := s.Lab.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: kubeVIPLeaseName}, lease)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		leader = ptrString(lease.Spec.HolderIdentity)
+		return slices.Contains(s.KubeVIPMachines, leader), "Lease held by " + leader, nil
+	}); err != nil {
+		return err
+	}
+	if err := s.life.waitHolders(ctx, "kube-vip on "+leader+" announces again", func(h []string) bool {
+		return slices.Contains(h, leader)
+	}); err != nil {
+		return err
+	}
+	s.life.step("rollback: the fence deleted, kube-vip on %s took its Lease and announces the VIP again (beside %s)", leader, first)
+	if err := s.updateLB(ctx, "set takeOver again", func(lb *lbv1.LoadBalancer) { lb.Spec.Backend.BGP.TakeOver = saved }); err != nil {
+		return err
+	}
+	s.life.step("takeOver set again")
+	return s.waitHandOver(ctx, first)
+}
+
+// updateLB changes the LoadBalancer's spec, again on a conflict.
+func (s *TakeOverScenario) updateLB(ctx context.Context, what string, change func(*lbv1.LoadBalancer)) error {
+	return harness.Poll(ctx, endpointTimeout, what, func(ctx context.Context) (bool, string, error) {
+		lb, err := s.Lab.LB(ctx, s.life.lbName)
+		if err != nil {
+			return false, "", err
+		}
+		change(lb)
+		if err := s.Lab.Mgmt.Client.Update(ctx, lb); err != nil {
+			return false, err.Error(), nil // a conflict with the controller's status: again
+		}
+		return true, "", nil
+	})
 }
 
 // Teardown is the life's: the LoadBalancer deleted, nothing of caplb's left.
@@ -213,8 +295,9 @@ func (s *TakeOverScenario) addKubeVIPMachine(ctx context.Context) (string, error
 	}
 	s.KubeVIPMachines = append(s.KubeVIPMachines, name)
 	s.life.noAgent[name] = true
-	if s.Unguarded {
-		// Nothing holds a kube-vip Machine until the VIP left it: its release is not checked.
+	if s.Unguarded || s.overlap() {
+		// Nothing holds a kube-vip Machine until the VIP left it (a kube-vip that does not
+		// elect announces until its machine goes): its release is not checked.
 		s.life.unchecked[name] = true
 	}
 	s.life.step("%s runs kube-vip", name)
@@ -308,7 +391,9 @@ func ptrString(p *string) string {
 func RunTakeOverObserved(ctx context.Context, l *Lab, unguarded bool, log func(string)) (Observed, *TakeOverScenario, error) {
 	var s *TakeOverScenario
 	obs, err := runObserved(ctx, l, log, func(rec Recorder, afterBootstrap func() error) lifeRunner {
-		s = &TakeOverScenario{Lab: l, Recorder: rec, AfterBootstrap: afterBootstrap, Unguarded: unguarded}
+		s = &TakeOverScenario{Lab: l, Recorder: rec, AfterBootstrap: afterBootstrap, Unguarded: unguarded,
+			// A BGP kube-vip that elects is rolled back once and taken over again.
+			RollBack: !unguarded && l.opts.Backend == BGP && !l.opts.KubeVIP.NoElection}
 		return s
 	})
 	return obs, s, err

@@ -3,6 +3,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -11,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
 	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
+	"github.com/caplb/caplb/providers/vip/kubevip"
 )
 
 func TestDuplicateRuns(t *testing.T) {
@@ -68,6 +71,14 @@ func TestTakeOverGoals(t *testing.T) {
 		return withFailureSpan(o, t.Add(-100*time.Millisecond), 100*time.Millisecond)
 	}
 	guarded := &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Fenced: at(0), HandOver: at(10)}
+	bgpLab := &Lab{opts: Options{Backend: BGP}}
+	bgpElect := &TakeOverScenario{Lab: bgpLab, KubeVIPMachines: []string{"kv-1"}, Started: at(-10), Fenced: at(0), HandOver: at(10)}
+	bgpOverlap := &TakeOverScenario{Lab: &Lab{opts: Options{Backend: BGP, KubeVIP: KubeVIPOptions{NoElection: true}}},
+		KubeVIPMachines: []string{"kv-1"}, Started: at(-10)}
+	withLeaderLoss := func(o Observed) Observed {
+		o.Clients.LeaderLosses = 1
+		return o
+	}
 	for _, tc := range []struct {
 		name string
 		obs  Observed
@@ -88,6 +99,16 @@ func TestTakeOverGoals(t *testing.T) {
 		{"the control shows duplicates", obsWith(dup), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Unguarded: true}, nil},
 		{"a control without duplicates proves nothing", obsWith(kvHolds), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Unguarded: true},
 			[]string{"the control (no takeOver) showed no duplicate"}},
+		// BGP: kube-vip and caplb announcing at once is the design; what counts is new connections
+		// from the takeover's start on, and (with kube-vip's election) leader losses.
+		{"bgp: overlap during the fence is fine", obsWith(dup), bgpElect, nil},
+		{"bgp: writes reset by a rehash are counted, not judged", obsWith(kvHolds, at(10.1), at(20), at(30)), bgpElect, nil},
+		{"bgp: a new connection failed during the takeover", withFailure(obsWith(kvHolds), at(30)), bgpElect, []string{"1 new connections failed"}},
+		{"bgp: kube-vip's own failures before the takeover", withFailure(obsWith(kvHolds), at(-20)), bgpElect, nil},
+		{"bgp: never alone after the fence", obsWith(kvHolds), &TakeOverScenario{Lab: bgpLab, KubeVIPMachines: []string{"kv-1"}, Started: at(-10)},
+			[]string{"caplb never announced the VIP alone"}},
+		{"bgp: a leader loss with election", withLeaderLoss(obsWith(kvHolds)), bgpElect, []string{"the leader-elected loop lost"}},
+		{"bgp: a leader loss without election is kube-vip's", withLeaderLoss(obsWith(dup)), bgpOverlap, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -100,15 +121,26 @@ func TestTakeOverGoals(t *testing.T) {
 	}
 }
 
-// The manifests parse as a Pod and set kubernetes_addr from v1 on only.
+// The manifests parse as a Pod, set kubernetes_addr from v1 on only, and are what the manager's
+// own check (kubevip.Check) allows a takeover of: ARP with election, BGP with and without it,
+// announcing to the router the lab's LoadBalancer peers with.
 func TestKubeVIPManifest(t *testing.T) {
 	vip := netip.MustParseAddr("10.44.0.100")
+	bgp := &KubeVIPBGP{ASN: nodeASN, Peers: fmt.Sprintf("%s:%d:%s", routerAddr, routerASN, bgpPassword)}
+	peers := []lbv1.BGPPeer{{Address: routerAddr.String(), ASN: routerASN}}
 	for _, tc := range []struct {
-		version, addr string
-	}{{"v0.9.1", ""}, {"v1.2.2", "kubernetes:6443"}} {
-		t.Run(tc.version, func(t *testing.T) {
+		name, version, addr string
+		bgp                 *KubeVIPBGP
+		elects              bool
+	}{
+		{"arp v0.9.1", "v0.9.1", "", nil, true},
+		{"arp v1.2.2", "v1.2.2", "kubernetes:6443", nil, true},
+		{"bgp v0.9.1", "v0.9.1", "", bgp, true},
+		{"bgp v1.2.2 every node", "v1.2.2", "kubernetes:6443", &KubeVIPBGP{ASN: bgp.ASN, Peers: bgp.Peers, NoElection: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			b, err := KubeVIPManifest(tc.version, vip)
+			b, err := KubeVIPManifest(tc.version, vip, tc.bgp)
 			g.Expect(err).NotTo(HaveOccurred())
 			pod := &corev1.Pod{}
 			g.Expect(yaml.UnmarshalStrict(b, pod)).To(Succeed())
@@ -120,6 +152,20 @@ func TestKubeVIPManifest(t *testing.T) {
 			}
 			g.Expect(env).To(HaveKeyWithValue("address", "10.44.0.100"))
 			g.Expect(env["kubernetes_addr"]).To(Equal(tc.addr))
+
+			spec := kubevip.Spec{VIP: vip.String(), Backend: lbv1.BackendARP,
+				KubeVIP: &lbv1.KubeVIPTakeOver{AcknowledgeServiceVIPs: true}}
+			if tc.bgp != nil {
+				spec.Backend, spec.Peers = lbv1.BackendBGP, peers
+			}
+			pod.Name, pod.Namespace, pod.Spec.NodeName = "kube-vip-n1", "kube-system", "n1"
+			pod.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
+			found, refusal := kubevip.Check(spec, []corev1.Pod{*pod})
+			g.Expect(refusal).To(BeNil())
+			g.Expect(found.Elects).To(Equal(tc.elects))
+			if tc.bgp != nil {
+				g.Expect(found.Peers).To(HaveLen(1))
+			}
 		})
 	}
 }

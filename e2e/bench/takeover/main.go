@@ -5,14 +5,17 @@
 // control — the same swap without takeOver, as CAPV's migration describes it — on kube-vip's
 // older release. Its figures go to $BENCH_OUT (default _out/bench-takeover.json):
 //
-//	{"arp": {"v0.9.1": {...}, "v1.2.2": {...}}, "control": {...}, "bgp": "not built: ..."}
+//	{"arp": {"v0.9.1": {...}, "v1.2.2": {...}}, "control": {...},
+//	 "bgp": {"lease-election": {...}, "every-node": {...}}}
 //
 // each with duplicate_answer_intervals, gap_ms, failed_writes, leader_losses,
 // failed_new_connections and more (lifecycle.TakeOverFigures). It exits non-zero when a goal is
-// missed: for every guarded run no duplicate answer, a gap under 1 s, no leader loss, no failed
-// new connection, no failed prober request and at most one failed write (the one in flight when
-// kube-vip drops the VIP: docs/migrate-from-kube-vip.md); for the control, duplicates seen (else
-// the guard's zero proves nothing). Root only.
+// missed (lifecycle.TakeOverGoals): for every guarded ARP run no duplicate answer, a gap under
+// 1 s, no leader loss, no lost event, nothing failed outside the hand-over and at most one failed
+// write (the one in flight when kube-vip drops the VIP: docs/migrate-from-kube-vip.md); for the
+// control, duplicates seen (else the guard's zero proves nothing); for BGP — kube-vip electing
+// (fenced) on v0.9.1, and announcing from every node (the overlap) on v1.2.2 — no failed new
+// connection, a path to the VIP always, no leader loss, no lost event. Root only, with FRR.
 package main
 
 import (
@@ -31,8 +34,10 @@ import (
 // run is one takeover's record in the JSON.
 type run struct {
 	lifecycle.TakeOverFigures
-	KubeVIP     string   `json:"kube_vip"`
-	Guarded     bool     `json:"guarded"`
+	KubeVIP string `json:"kube_vip"`
+	Guarded bool   `json:"guarded"`
+	// ElectionOff: a BGP kube-vip announcing from every node (vip_leaderelection false).
+	ElectionOff bool     `json:"election_off,omitempty"`
 	GoalsMet    bool     `json:"goals_met"`
 	GoalsMissed []string `json:"goals_missed,omitempty"`
 	Error       string   `json:"error,omitempty"`
@@ -41,7 +46,7 @@ type run struct {
 type report struct {
 	ARP     map[string]run `json:"arp"`
 	Control run            `json:"control"`
-	BGP     string         `json:"bgp"`
+	BGP     map[string]run `json:"bgp"`
 }
 
 func main() {
@@ -72,20 +77,21 @@ func bench(out string) error {
 	if err != nil {
 		return err
 	}
-	rep := report{ARP: map[string]run{},
-		BGP: "not built: the BGP overlap (caplb members announcing the /32 while kube-vip's nodes withdraw) is issue 33's open item"}
+	rep := report{ARP: map[string]run{}, BGP: map[string]run{}}
 	var errs []error
-	for _, v := range []string{envtest.KubeVIPOldVersion, envtest.KubeVIPNewVersion} {
-		r := runOne(bins, dir, v, false)
-		rep.ARP[v] = r
+	judge := func(what string, r run) run {
 		if !r.GoalsMet {
-			errs = append(errs, fmt.Errorf("kube-vip %s: %v %s", v, r.GoalsMissed, r.Error))
+			errs = append(errs, fmt.Errorf("%s: %v %s", what, r.GoalsMissed, r.Error))
 		}
+		return r
 	}
-	rep.Control = runOne(bins, dir, envtest.KubeVIPOldVersion, true)
-	if !rep.Control.GoalsMet {
-		errs = append(errs, fmt.Errorf("control: %v %s", rep.Control.GoalsMissed, rep.Control.Error))
+	for _, v := range []string{envtest.KubeVIPOldVersion, envtest.KubeVIPNewVersion} {
+		rep.ARP[v] = judge("arp, kube-vip "+v, runOne(bins, dir, kind{backend: lifecycle.ARP, version: v}))
 	}
+	rep.Control = judge("control", runOne(bins, dir, kind{backend: lifecycle.ARP, version: envtest.KubeVIPOldVersion, unguarded: true}))
+	rep.BGP["lease-election"] = judge("bgp, kube-vip electing", runOne(bins, dir, kind{backend: lifecycle.BGP, version: envtest.KubeVIPOldVersion}))
+	rep.BGP["every-node"] = judge("bgp, kube-vip on every node", runOne(bins, dir,
+		kind{backend: lifecycle.BGP, version: envtest.KubeVIPNewVersion, noElection: true}))
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -97,8 +103,17 @@ func bench(out string) error {
 	return errors.Join(errs...)
 }
 
-func runOne(bins lifecycle.Binaries, dir, version string, unguarded bool) run {
-	r := run{KubeVIP: version, Guarded: !unguarded}
+// kind is one takeover run: the backend, kube-vip's release, the control (no takeOver) or a BGP
+// kube-vip that does not elect.
+type kind struct {
+	backend               lifecycle.Backend
+	version               string
+	unguarded, noElection bool
+}
+
+func runOne(bins lifecycle.Binaries, dir string, k kind) run {
+	version, unguarded := k.version, k.unguarded
+	r := run{KubeVIP: version, Guarded: !unguarded, ElectionOff: k.noElection}
 	kv, err := envtest.KubeVIPBinary(dir, version)
 	if err != nil {
 		r.Error = err.Error()
@@ -107,10 +122,10 @@ func runOne(bins lifecycle.Binaries, dir, version string, unguarded bool) run {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	name := "to" + map[bool]string{false: "g", true: "c"}[unguarded]
+	name := "to" + map[bool]string{false: "g", true: "c"}[unguarded] + string(k.backend)
 	logf := func(s string) { fmt.Printf("%+8.3fs %s %s ==> %s\n", time.Since(start).Seconds(), name, version, s) }
-	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: lifecycle.ARP, Binaries: bins, Name: name, APIServer: lifecycle.Real,
-		KubeVIP: lifecycle.KubeVIPOptions{Version: version, Binary: kv}})
+	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: k.backend, Binaries: bins, Name: name, APIServer: lifecycle.Real,
+		KubeVIP: lifecycle.KubeVIPOptions{Version: version, Binary: kv, NoElection: k.noElection}})
 	if err != nil {
 		r.Error = err.Error()
 		return r
