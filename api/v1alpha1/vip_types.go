@@ -92,6 +92,13 @@ const (
 	DefaultKubeVIPLeaseName      = "plndr-cp-lock"
 )
 
+// KubeVIPFenceHolderPrefix starts the holderIdentity of every fence the manager writes on
+// kube-vip's election Lease during a takeover: "caplb:<LoadBalancer namespace>/<name>". kube-vip
+// elects under its node name, which never contains ':', so the prefix tells a fence from a
+// kube-vip leader; `caplb cleanup --workload-kubeconfig` looks for it to find the fences an
+// aborted takeover left.
+const KubeVIPFenceHolderPrefix = "caplb:"
+
 // EffectiveLeaseNamespace returns leaseNamespace or its default.
 func (k *KubeVIPTakeOver) EffectiveLeaseNamespace() string {
 	if k.LeaseNamespace == "" {

@@ -33,15 +33,13 @@ const (
 	// fenceRenewAfter is how old renewTime may get before Ensure renews it: a write per ten
 	// minutes rather than per reconcile, well inside the duration.
 	fenceRenewAfter = 10 * time.Minute
-	// fenceHolderPrefix starts every fence's holderIdentity; `caplb cleanup`'s documented
-	// kubectl command looks for it.
-	fenceHolderPrefix = "caplb:"
 )
 
 // fenceHolder is the holderIdentity of lb's fence: caplb's and this LoadBalancer's, so that no
-// kube-vip (which uses its node name) and no other LoadBalancer mistakes it for its own.
+// kube-vip (which uses its node name) and no other LoadBalancer mistakes it for its own, and so
+// that `caplb cleanup` can tell which LoadBalancer a fence left behind belongs to.
 func fenceHolder(lb *lbv1.LoadBalancer) string {
-	return fenceHolderPrefix + lb.Namespace + "/" + lb.Name
+	return lbv1.KubeVIPFenceHolderPrefix + lb.Namespace + "/" + lb.Name
 }
 
 // fenceLeaseInMessage finds the fence's namespace/name in a KubeVIPTakeOver message: every
@@ -191,7 +189,9 @@ func (b *Backend) fence(ctx context.Context, lb *lbv1.LoadBalancer, to *takeOver
 	want, write, heldBy := desiredFence(obs, key, holder, to.nodes, b.opts.Now.Now())
 	if heldBy != "" {
 		return cond(metav1.ConditionFalse, lbv1.KubeVIPFenceHeldReason, "%s is held by %q, neither kube-vip on its nodes (%s) nor this LoadBalancer: "+
-			"not taken; if it is a fence an aborted takeover left, delete it (docs/migrate-from-kube-vip.md)", lease, heldBy, strings.Join(to.nodes, ", ")), nil
+			"not taken; if it is a fence an aborted takeover left (holder %s<namespace>/<name>), `caplb cleanup --workload-kubeconfig` "+
+			"removes it once that LoadBalancer is gone or no longer takes over (docs/migrate-from-kube-vip.md)",
+			lease, heldBy, strings.Join(to.nodes, ", "), lbv1.KubeVIPFenceHolderPrefix), nil
 	}
 	if write {
 		if err := writeLease(ctx, to.live, want, obs == nil); err != nil {

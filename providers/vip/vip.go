@@ -391,7 +391,7 @@ func (b *Backend) Release(ctx context.Context, lb *lbv1.LoadBalancer) error {
 	if c, _ := b.unfence(ctx, lb); c != nil {
 		// Not held up: the workload cluster often goes with the LoadBalancer, and an unrenewed
 		// fence expires on its own (fenceDurationSeconds).
-		log.Info("Cannot delete the kube-vip fence; kube-vip stays fenced until it expires or `kubectl delete` removes it", "reason", c.Message)
+		log.Info("Cannot delete the kube-vip fence; kube-vip stays fenced until it expires or `caplb cleanup --workload-kubeconfig` removes it", "reason", c.Message)
 	}
 	if wl, err := b.workload(ctx, lb); err == nil {
 		for _, name := range b.memberNodes(ctx, lb) {
