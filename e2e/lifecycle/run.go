@@ -23,6 +23,9 @@ type Observed struct {
 	Failures []observe.Sample
 	// Clients is what client-go saw through the VIP (a real control plane only).
 	Clients *clients.Result
+	// ARPAnswers (ARP labs) are the ARP watcher's rounds (arpwatch.go): which machines claimed
+	// the VIP on the wire in each.
+	ARPAnswers []observe.HolderSample
 }
 
 // stepLogger is observe.Recorder that also prints steps as they happen.
@@ -76,6 +79,7 @@ func runObserved(ctx context.Context, l *Lab, log func(string), newLife func(Rec
 	}()
 	var prober *observe.Prober
 	var cg *clients.Run
+	var arpAnswers func() []observe.HolderSample
 	s := newLife(stepLogger{rec, log}, func() error {
 		var err error
 		opts := observe.ProberOptions{URL: l.APIURL(), CAPEM: l.CAPEM(), Dial: l.DialClient, RetryIdempotent: true}
@@ -91,6 +95,11 @@ func runObserved(ctx context.Context, l *Lab, log func(string), newLife func(Rec
 		}
 		prober.Start(sctx)
 		go rec.SampleHolders(sctx, 10*time.Millisecond, l.Holders)
+		if l.opts.Backend == ARP {
+			if arpAnswers, err = l.WatchARP(sctx); err != nil {
+				return err
+			}
+		}
 		if l.real != nil {
 			cg, err = l.startClients(sctx)
 		}
@@ -110,6 +119,9 @@ func runObserved(ctx context.Context, l *Lab, log func(string), newLife func(Rec
 	stop()
 	rec.Stop()
 	<-etcdDone
+	if arpAnswers != nil {
+		out.ARPAnswers = arpAnswers()
+	}
 	out.Input.Backend = string(l.opts.Backend)
 	out.Input.Timeline = rec.Timeline()
 	out.Result = observe.Summarize(out.Input)

@@ -13,11 +13,19 @@ import (
 
 // TakeOverFigures are what a kube-vip takeover is judged by (make bench-takeover's JSON).
 type TakeOverFigures struct {
-	// DuplicateAnswerIntervals counts the runs of holder samples (every 10 ms, the kernels'
-	// addresses: a kernel with the VIP answers ARP for it) in which a kube-vip machine and
-	// another machine held the VIP at once; DuplicateMSMax is the longest.
+	// DuplicateAnswerIntervals counts the runs of the ARP watcher's rounds (every 20 ms, on the
+	// segment: arpwatch.go) in which a kube-vip machine and another machine claimed the VIP;
+	// DuplicateMSMax is the longest. BGP has no ARP: there they count the runs of the router's
+	// next hops with a kube-vip machine and another (ECMP, not a fault).
 	DuplicateAnswerIntervals int     `json:"duplicate_answer_intervals"`
 	DuplicateMSMax           float64 `json:"duplicate_ms_max"`
+	// DuplicateHolderIntervals counts the same runs in the holder samples (every 10 ms, the
+	// machines' kernels: a kernel with the VIP on an interface answers ARP for it).
+	DuplicateHolderIntervals int `json:"duplicate_holder_intervals"`
+	// ARPRounds are the ARP watcher's rounds, ARPSilentMSMax the longest stretch of them in which
+	// nobody answered for the VIP (the hand-over's gap on the wire).
+	ARPRounds      int     `json:"arp_rounds,omitempty"`
+	ARPSilentMSMax float64 `json:"arp_silent_ms_max,omitempty"`
 	// GapMS is the longest time no machine held the VIP (the hand-over: kube-vip dropped it,
 	// caplb's member waited for silence and claimed).
 	GapMS float64 `json:"gap_ms"`
@@ -56,7 +64,7 @@ func TakeOverGoals(obs Observed, s *TakeOverScenario) TakeOverFigures {
 	f := takeOverFigures(obs, s.KubeVIPMachines, s.Started)
 	miss := func(format string, a ...any) { f.Missed = append(f.Missed, fmt.Sprintf(format, a...)) }
 	if s.Unguarded {
-		if f.DuplicateAnswerIntervals == 0 {
+		if f.DuplicateAnswerIntervals == 0 || (obs.ARPAnswers == nil && s.Lab != nil) {
 			miss("the control (no takeOver) showed no duplicate answer: the lab cannot tell the guard works")
 		}
 		return f
@@ -68,7 +76,15 @@ func TakeOverGoals(obs Observed, s *TakeOverScenario) TakeOverFigures {
 		miss("caplb never held the VIP alone")
 	}
 	if f.DuplicateAnswerIntervals > 0 {
-		miss("%d intervals with kube-vip and another machine holding the VIP (longest %.0f ms; want 0)", f.DuplicateAnswerIntervals, f.DuplicateMSMax)
+		miss("%d intervals with kube-vip and another machine answering ARP for the VIP (longest %.0f ms; want 0)", f.DuplicateAnswerIntervals, f.DuplicateMSMax)
+	}
+	if f.DuplicateHolderIntervals > 0 {
+		miss("%d intervals with kube-vip and another machine holding the VIP in their kernels (want 0)", f.DuplicateHolderIntervals)
+	}
+	if obs.ARPAnswers == nil {
+		miss("no ARP watcher ran: nothing saw who answered for the VIP on the wire")
+	} else if !answered(obs.ARPAnswers) {
+		miss("the ARP watcher never heard an answer for the VIP: it saw nothing")
 	}
 	if f.GapMS >= 1000 {
 		miss("the VIP had no holder for %.0f ms (want < 1000)", f.GapMS)
@@ -127,7 +143,12 @@ func takeOverFigures(obs Observed, kubeVIP []string, started time.Time) TakeOver
 	if c := obs.Clients; c != nil {
 		f.FailedWrites, f.EtcdRefusals, f.LeaderLosses, f.LostEvents = c.FailedWrites, c.EtcdRefusals, c.LeaderLosses, c.LostEvents
 	}
-	f.DuplicateAnswerIntervals, f.DuplicateMSMax = duplicateRuns(obs.Input.Timeline.Holders, kubeVIP)
+	f.DuplicateHolderIntervals, f.DuplicateMSMax = duplicateRuns(obs.Input.Timeline.Holders, kubeVIP)
+	f.DuplicateAnswerIntervals = f.DuplicateHolderIntervals
+	if obs.ARPAnswers != nil {
+		f.DuplicateAnswerIntervals, f.DuplicateMSMax = duplicateRuns(obs.ARPAnswers, kubeVIP)
+		f.ARPRounds, f.ARPSilentMSMax = len(obs.ARPAnswers), silentMSMax(obs.ARPAnswers)
+	}
 	for _, s := range obs.Failures {
 		switch {
 		case s.Interrupted || s.Kind != observe.Fresh:
@@ -211,4 +232,35 @@ func bgpTakeOverGoals(f TakeOverFigures, obs Observed, s *TakeOverScenario) Take
 		miss("client-go never ran through the VIP")
 	}
 	return f
+}
+
+// answered: some round heard a machine claim the VIP (the watcher works at all).
+func answered(rounds []observe.HolderSample) bool {
+	for _, r := range rounds {
+		if len(r.Holders) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// silentMSMax is the longest stretch of rounds in which nobody claimed the VIP, from the first
+// round of it to the next round that heard an answer (rounds before the first answer and after
+// the last are not a gap: the VIP was not served yet, or the run ended).
+func silentMSMax(rounds []observe.HolderSample) float64 {
+	var longest time.Duration
+	var since time.Time
+	heard := false
+	for _, r := range rounds {
+		switch {
+		case len(r.Holders) > 0:
+			if heard && !since.IsZero() {
+				longest = max(longest, r.At.Sub(since))
+			}
+			heard, since = true, time.Time{}
+		case heard && since.IsZero():
+			since = r.At
+		}
+	}
+	return float64(longest.Microseconds()) / 1000
 }

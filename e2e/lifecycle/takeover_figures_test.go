@@ -60,7 +60,12 @@ func TestTakeOverGoals(t *testing.T) {
 	obsWith := func(holders []observe.HolderSample, failedAt ...time.Time) Observed {
 		o := Observed{Clients: &clients.Result{Writes: 900, StoreMatches: true, FailedWrites: len(failedAt), FailedAt: failedAt}}
 		o.Input.Timeline.Holders = holders
+		o.ARPAnswers = holders // the watcher heard what the kernels held
 		o.Result.HolderLessMSMax = &gap
+		return o
+	}
+	withAnswers := func(o Observed, answers []observe.HolderSample) Observed {
+		o.ARPAnswers = answers
 		return o
 	}
 	withFailureSpan := func(o Observed, began time.Time, took time.Duration) Observed {
@@ -94,7 +99,13 @@ func TestTakeOverGoals(t *testing.T) {
 		{"a new connection failed at the hand-over", withFailure(obsWith(kvHolds), at(10.2)), guarded, nil},
 		{"a new connection failed later", withFailure(obsWith(kvHolds), at(30)), guarded, []string{"1 requests failed outside the hand-over"}},
 		{"two writes failed", obsWith(kvHolds, at(10.1), at(10.2)), guarded, []string{"2 client-go writes failed"}},
-		{"kube-vip and caplb at once", obsWith(dup), guarded, []string{"1 intervals with kube-vip"}},
+		{"kube-vip and caplb at once", obsWith(dup), guarded, []string{"1 intervals with kube-vip and another machine answering ARP",
+			"1 intervals with kube-vip and another machine holding"}},
+		{"two MACs on the wire while the kernels had one holder", withAnswers(obsWith(kvHolds), dup), guarded,
+			[]string{"1 intervals with kube-vip and another machine answering ARP"}},
+		{"no ARP watcher", withAnswers(obsWith(kvHolds), nil), guarded, []string{"no ARP watcher ran"}},
+		{"an ARP watcher that heard nothing", withAnswers(obsWith(kvHolds), []observe.HolderSample{{At: at(0)}}), guarded,
+			[]string{"the ARP watcher never heard"}},
 		{"never handed over", obsWith(kvHolds), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}}, []string{"caplb never held"}},
 		{"the control shows duplicates", obsWith(dup), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Unguarded: true}, nil},
 		{"a control without duplicates proves nothing", obsWith(kvHolds), &TakeOverScenario{KubeVIPMachines: []string{"kv-1"}, Unguarded: true},
@@ -166,6 +177,26 @@ func TestKubeVIPManifest(t *testing.T) {
 			if tc.bgp != nil {
 				g.Expect(found.Peers).To(HaveLen(1))
 			}
+		})
+	}
+}
+
+func TestSilentMSMax(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	r := func(ms int, holders ...string) observe.HolderSample {
+		return observe.HolderSample{At: t0.Add(time.Duration(ms) * time.Millisecond), Holders: holders}
+	}
+	for _, tc := range []struct {
+		name   string
+		rounds []observe.HolderSample
+		want   float64
+	}{
+		{"never silent", []observe.HolderSample{r(0, "kv-1"), r(20, "kv-1"), r(40, "cp-1")}, 0},
+		{"silent before the first answer and after the last: no gap", []observe.HolderSample{r(0), r(20, "kv-1"), r(40)}, 0},
+		{"the hand-over", []observe.HolderSample{r(0, "kv-1"), r(20), r(40), r(60), r(80, "cp-1"), r(100), r(120, "cp-1")}, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(silentMSMax(tc.rounds)).To(Equal(tc.want))
 		})
 	}
 }

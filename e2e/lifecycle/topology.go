@@ -26,9 +26,12 @@ const (
 // bridge in the "sw" namespace); the ARP client sits on it too; for BGP a router (FRR) sits on
 // it as the machines' gateway and peer, with the client behind it on a segment of its own.
 var (
-	nodeSubnet   = netip.MustParsePrefix("10.44.0.0/24")
-	routerAddr   = netip.MustParseAddr("10.44.0.1")
-	arpClient    = netip.MustParseAddr("10.44.0.2")
+	nodeSubnet = netip.MustParsePrefix("10.44.0.0/24")
+	routerAddr = netip.MustParseAddr("10.44.0.1")
+	arpClient  = netip.MustParseAddr("10.44.0.2")
+	// arpWatcher is the ARP lab's observer station on the segment (arpwatch.go): apart from the
+	// client, so that its ARP requests never touch the client's neighbour entry for the VIP.
+	arpWatcher   = netip.MustParseAddr("10.44.0.3")
 	bgpClient    = netip.MustParseAddr("10.20.0.2")
 	bgpClientGW  = netip.MustParseAddr("10.20.0.1")
 	arpPoolFirst = netip.MustParseAddr("10.44.0.100")
@@ -49,6 +52,7 @@ type topology struct {
 	backend Backend
 	sw      *lab.Netns
 	client  *lab.Netns
+	watcher *lab.Netns // ARP only
 	router  *lab.Netns
 	frr     *bgplab.FRR
 }
@@ -69,7 +73,16 @@ func newTopology(l *lab.Lab, b Backend) (*topology, error) {
 		if err := t.attach(t.client, "p-client"); err != nil {
 			return nil, err
 		}
-		return t, t.client.AddAddr("eth0", netip.PrefixFrom(arpClient, nodeSubnet.Bits()))
+		if err := t.client.AddAddr("eth0", netip.PrefixFrom(arpClient, nodeSubnet.Bits())); err != nil {
+			return nil, err
+		}
+		if t.watcher, err = l.AddNamespace("arpw"); err != nil {
+			return nil, err
+		}
+		if err := t.attach(t.watcher, "p-arpw"); err != nil {
+			return nil, err
+		}
+		return t, t.watcher.AddAddr("eth0", netip.PrefixFrom(arpWatcher, nodeSubnet.Bits()))
 	}
 	if t.router, err = l.AddNamespace("rtr"); err != nil {
 		return nil, err
