@@ -13,6 +13,7 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
+	"github.com/vishvananda/netlink"
 
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
 )
@@ -157,14 +158,14 @@ func (w *arpWatch) machineOf(mac net.HardwareAddr) string {
 
 // hardwareAddr is the machine's eth0 MAC.
 func (n *Node) hardwareAddr() (net.HardwareAddr, error) {
-	h, err := n.NS.Netlink()
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	link, err := h.LinkByName("eth0")
-	if err != nil {
-		return nil, fmt.Errorf("%s: eth0: %w", n.Name, err)
-	}
-	return link.Attrs().HardwareAddr, nil
+	var mac net.HardwareAddr
+	err := n.NS.WithRouteNetlink(func(h *netlink.Handle) error {
+		link, err := h.LinkByName("eth0")
+		if err != nil {
+			return fmt.Errorf("%s: eth0: %w", n.Name, err)
+		}
+		mac = link.Attrs().HardwareAddr
+		return nil
+	})
+	return mac, err
 }

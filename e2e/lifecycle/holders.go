@@ -16,12 +16,11 @@ import (
 // HoldsVIP reports whether the machine's kernel has vip on an interface: the ground truth,
 // whatever the agent believes.
 func (n *Node) HoldsVIP(vip netip.Addr) (bool, error) {
-	h, err := n.NS.Netlink()
-	if err != nil {
-		return false, err
-	}
-	defer h.Close()
-	ok, err := lab.HasAddr(h, vip)
+	var ok bool
+	err := n.NS.WithRouteNetlink(func(h *netlink.Handle) (err error) {
+		ok, err = lab.HasAddr(h, vip)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", n.Name, err)
 	}
@@ -60,13 +59,12 @@ func (l *Lab) Holders() ([]string, error) {
 
 // routerNextHops returns the next hops of the router's route to the VIP.
 func (l *Lab) routerNextHops() (map[netip.Addr]bool, error) {
-	h, err := l.topo.router.Netlink()
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
 	dst := &net.IPNet{IP: l.vip.AsSlice(), Mask: net.CIDRMask(32, 32)}
-	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
+	var routes []netlink.Route
+	err := l.topo.router.WithRouteNetlink(func(h *netlink.Handle) (err error) {
+		routes, err = h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -24,8 +24,9 @@ import (
 
 // The kube-vip takeover lab: a cluster whose control plane runs real kube-vip as a static pod,
 // as CAPV's templates make it (KubeadmControlPlane files; ARP, Lease election on
-// kube-system/plndr-cp-lock, 15 s lease, 10 s renew deadline, 2 s retry), moved onto caplb by a
-// rollout whose new Machines boot with caplb's files instead (TakeOverScenario).
+// kube-system/plndr-cp-lock, 15 s lease, 10 s renew deadline, 2 s retry) or announcing by BGP
+// to the lab's router (KubeVIPBGP), moved onto caplb by a rollout whose new Machines boot with
+// caplb's files instead (TakeOverScenario).
 
 // kubeVIPSecretKey is the key of kube-vip's manifest in the cluster's kube-vip bootstrap Secret.
 const kubeVIPSecretKey = "kube-vip.yaml"

@@ -25,6 +25,9 @@ import (
 // files (KubeadmControlPlane's files swapped, as CAPV's migration does) — the manager's fence
 // moves kube-vip's Lease, the first caplb member claims only once the VIP is silent, caplb's
 // hook holds each kube-vip Machine until a caplb member holds the VIP — and kube-vip retired.
+// Under BGP (a BGP lab) caplb's members announce beside kube-vip: a kube-vip that elects is
+// fenced once the first is active (its leader withdraws), one that does not withdraws node by
+// node as its Machines go (overlap).
 type TakeOverScenario struct {
 	Lab      *Lab
 	Recorder Recorder

@@ -435,7 +435,7 @@ func (m *Membership) every(interval time.Duration, fn func()) {
 
 // rejoin joins the members of the roster that are not alive, and
 // push/pulls with the alive nodes that run an older membership version
-// (pushBehind).
+// (behindLocked).
 func (m *Membership) rejoin() {
 	alive := map[string]bool{}
 	m.mu.Lock()
