@@ -184,7 +184,7 @@ for pkg in $labs; do
 	runpkg "$(indexof "$pkg")" "$pkg" || rc2=1
 done
 echo "go test, step 2 of 3, continued: the tests of $(count "$solo") packages with real control-plane" \
-	"labs that boot none (all but $SOLO_TESTS)"
+	"labs that boot none (all but $SOLO_TESTS and $BENCH_ONLY_TESTS, which make bench-takeover runs)"
 for pkg in $solo; do
 	runpkg "$(indexof "$pkg")" "$pkg" -test.skip "$SOLO_TESTS|$BENCH_ONLY_TESTS" || rc2=1
 done

@@ -33,7 +33,11 @@ const (
 // asked the kernel (2026-11-29), with only etcd and the API server in the machine's group and the
 // agent a task among all: no spurious claim, but a 707 ms gap (a new connection answered in 1,085
 // ms) against 240-335 ms without the groups — the machines' group competes with the test's own
-// busy threads as one task.
+// busy threads as one task. Tried again without groups (2026-11-30): a joining machine's etcd
+// and kube-apiserver started at nice 10 and reniced to 0 once its API server was ready, the
+// agent untouched: worse again, one run each — gaps 352 ms (ARP) and 407 ms (BGP) against 203
+// and 237 ms the same day, and replacements of 61-121 s against 40 s (the learner's slow
+// catch-up kept the serving members' etcd busy longer).
 func (n *Netns) OwnCPU() error {
 	var dir string
 	switch {
