@@ -37,7 +37,7 @@ log() { echo "testbin: $*" >&2; }
 KUBE_VIP_VERSIONS=(v0.9.1 v1.2.2)
 
 # steps is how many binaries main builds; step counts them as build goes.
-steps=$((3 + ${#KUBE_VIP_VERSIONS[@]}))
+steps=$((4 + ${#KUBE_VIP_VERSIONS[@]}))
 step=0
 
 # heartbeat NAME MINUTES: a line a minute while NAME builds, so a cold build (nothing on screen
@@ -163,6 +163,9 @@ main() {
 	# kubeadm writes the lifecycle lab's real control planes (e2e/lab/kubeadm): its own PKI,
 	# kubeconfigs and static-pod manifests.
 	build kubeadm k8s.io/kubernetes/cmd/kubeadm 4 "${k8s_ldflags}"
+	# kube-controller-manager's bootstrap signer re-signs kube-public/cluster-info for every
+	# bootstrap token (the endpoint-move lab: kubeadm join's discovery verifies that signature).
+	build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager 5 "${k8s_ldflags}"
 	local v
 	for v in "${KUBE_VIP_VERSIONS[@]}"; do
 		build_module_main "kube-vip-${v}" "github.com/kube-vip/kube-vip@${v}" 3

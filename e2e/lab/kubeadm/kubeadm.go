@@ -30,6 +30,9 @@ const (
 	KubeletConfPath = "/etc/kubernetes/kubelet.conf"
 	EtcdManifest    = ManifestsDir + "/etcd.yaml"
 	APIManifest     = ManifestsDir + "/kube-apiserver.yaml"
+	// ControllerManagerManifest is kube-controller-manager's static pod, which the lab's kubelet
+	// runs only where Binaries.ControllerManager is set.
+	ControllerManagerManifest = ManifestsDir + "/kube-controller-manager.yaml"
 	// APIPort is the API server's port on every machine and on the endpoint.
 	APIPort = 6443
 	// EtcdClientPort and EtcdPeerPort are etcd's (kubeadm's defaults).
@@ -56,6 +59,15 @@ type Cluster struct {
 	// APIServerArgs are ClusterConfiguration.apiServer.extraArgs (a KubeadmControlPlane's
 	// kubeadmConfigSpec.clusterConfiguration.apiServer.extraArgs), in order.
 	APIServerArgs []Arg
+	// CertSANs are ClusterConfiguration.apiServer.certSANs: hosts the API servers' serving
+	// certificate carries besides kubeadm's own (an endpoint the cluster moves to, or moved from).
+	CertSANs []string
+	// ControllerManagerArgs are ClusterConfiguration.controllerManager.extraArgs, e.g. the
+	// controllers a lab runs (`controllers: bootstrapsigner,tokencleaner`: what joins need).
+	ControllerManagerArgs []Arg
+	// BootstrapToken is InitConfiguration.bootstrapTokens[0].token ("abcdef.0123456789abcdef"),
+	// which kubeadm init's bootstrap-token phase creates for joins; empty: kubeadm makes one up.
+	BootstrapToken string
 }
 
 // Arg is one of kubeadm's extraArgs.
@@ -95,7 +107,7 @@ func (c Cluster) Init(ctx context.Context, m Machine, on Runner) error {
 		return err
 	}
 	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
-		"etcd local", "control-plane apiserver")
+		"kubeconfig controller-manager", "etcd local", "control-plane apiserver", "control-plane controller-manager")
 }
 
 // NewSharedKeys makes the cluster's shared keys the way KubeadmControlPlane does before its
@@ -123,7 +135,7 @@ func (c Cluster) InitWithKeys(ctx context.Context, m Machine, on Runner, shared 
 		return err
 	}
 	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
-		"etcd local", "control-plane apiserver")
+		"kubeconfig controller-manager", "etcd local", "control-plane apiserver", "control-plane controller-manager")
 }
 
 // MarkControlPlane runs kubeadm's mark-control-plane phase once m's Node is registered: the
@@ -135,10 +147,13 @@ func (c Cluster) MarkControlPlane(ctx context.Context, m Machine, on Runner) err
 
 // UploadConfig runs, once the first API server is ready, what kubeadm init does next: it
 // uploads the ClusterConfiguration (kubeadm-config) and — through super-admin.conf — binds the
-// group of admin.conf's user (kubeadm:cluster-admins) to cluster-admin. Until then admin.conf
-// can do nothing, as on a real node.
+// group of admin.conf's user (kubeadm:cluster-admins) to cluster-admin (until then admin.conf
+// can do nothing, as on a real node); uploads the kubelet's configuration (kubelet-config, which
+// a join reads); creates the bootstrap token, its RBAC and kube-public/cluster-info (the
+// kubeconfig `kubeadm join` discovers the cluster from); and the kube-proxy addon (its
+// ConfigMap names the endpoint; no kube-controller-manager runs its DaemonSet).
 func (c Cluster) UploadConfig(ctx context.Context, m Machine, on Runner) error {
-	return c.phases(ctx, m, on, "upload-config kubeadm")
+	return c.phases(ctx, m, on, "upload-config kubeadm", "upload-config kubelet", "bootstrap-token", "addon kube-proxy")
 }
 
 // EtcdMember is a member of the running etcd cluster, as a joiner's --initial-cluster lists it.
@@ -157,7 +172,8 @@ func (c Cluster) Join(ctx context.Context, m Machine, on Runner, shared map[stri
 	if err := c.writeConfig(m, append(append([]EtcdMember(nil), members...), EtcdMember{m.Name, m.PeerURL()})); err != nil {
 		return err
 	}
-	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig kubelet", "etcd local", "control-plane apiserver")
+	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig kubelet", "kubeconfig controller-manager",
+		"etcd local", "control-plane apiserver", "control-plane controller-manager")
 }
 
 // writeShared writes the shared keys where kubeadm looks for them, as a bootstrap's
@@ -232,15 +248,36 @@ func (c Cluster) writeConfig(m Machine, joining []EtcdMember) error {
 `, strings.Join(ic, ","))
 	}
 	apiArgs := ""
+	if len(c.APIServerArgs) > 0 || len(c.CertSANs) > 0 {
+		apiArgs = "apiServer:\n"
+	}
 	if len(c.APIServerArgs) > 0 {
-		apiArgs = "apiServer:\n  extraArgs:\n"
+		apiArgs += "  extraArgs:\n"
 		for _, a := range c.APIServerArgs {
 			apiArgs += fmt.Sprintf("  - name: %s\n    value: %q\n", a.Name, a.Value)
 		}
 	}
+	if len(c.CertSANs) > 0 {
+		apiArgs += "  certSANs:\n"
+		for _, h := range c.CertSANs {
+			apiArgs += fmt.Sprintf("  - %q\n", h)
+		}
+	}
+	cmArgs := ""
+	if len(c.ControllerManagerArgs) > 0 {
+		cmArgs = "controllerManager:\n  extraArgs:\n"
+		for _, a := range c.ControllerManagerArgs {
+			cmArgs += fmt.Sprintf("  - name: %s\n    value: %q\n", a.Name, a.Value)
+		}
+	}
+	tokens := ""
+	if c.BootstrapToken != "" {
+		tokens = fmt.Sprintf("bootstrapTokens:\n- token: %q\n  ttl: 24h0m0s\n  usages: [signing, authentication]\n"+
+			"  groups: [\"system:bootstrappers:kubeadm:default-node-token\"]\n", c.BootstrapToken)
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
-localAPIEndpoint:
+%[10]slocalAPIEndpoint:
   advertiseAddress: %[1]s
   bindPort: %[2]d
 nodeRegistration:
@@ -258,10 +295,10 @@ networking:
   dnsDomain: cluster.local
   serviceSubnet: 10.96.0.0/12
   podSubnet: 192.168.0.0/16
-%[9]setcd:
+%[9]s%[11]setcd:
   local:
     dataDir: /var/lib/etcd
-%[8]s`, m.Addr, APIPort, m.Name, c.Name, c.KubernetesVersion, hostPort(c.Endpoint, APIPort), PKIDir, etcdArgs, apiArgs)
+%[8]s`, m.Addr, APIPort, m.Name, c.Name, c.KubernetesVersion, hostPort(c.Endpoint, APIPort), PKIDir, etcdArgs, apiArgs, tokens, cmArgs)
 	return writeFile(m.Path(ConfigPath), []byte(cfg), 0o600)
 }
 

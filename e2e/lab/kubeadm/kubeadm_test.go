@@ -76,7 +76,11 @@ func binaries(t *testing.T, l *lab.Lab) (string, Binaries) {
 	if _, err := os.Stat(kubeadm); err != nil {
 		lab.SkipOrFailInCI(t, "needs kubeadm in %s: run `make testbin`", dir)
 	}
-	b := Binaries{Podrun: filepath.Join(l.Dir(), "podrun"), Etcd: filepath.Join(dir, "etcd"), APIServer: filepath.Join(dir, "kube-apiserver")}
+	b := Binaries{Podrun: filepath.Join(l.Dir(), "podrun"), Etcd: filepath.Join(dir, "etcd"), APIServer: filepath.Join(dir, "kube-apiserver"),
+		ControllerManager: filepath.Join(dir, "kube-controller-manager")}
+	if _, err := os.Stat(b.ControllerManager); err != nil {
+		lab.SkipOrFailInCI(t, "needs kube-controller-manager in %s: run `make testbin`", dir)
+	}
 	if err := lab.BuildBinary("./e2e/lab/podrun", b.Podrun); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +88,9 @@ func binaries(t *testing.T, l *lab.Lab) (string, Binaries) {
 }
 
 // kubeadm's own files run as a control plane behind the endpoint: the first machine
-// bootstraps etcd and the API server from kubeadm's manifests, a second joins as an etcd learner
-// and is promoted, the first is removed as KubeadmControlPlane removes a machine, and the second
+// bootstraps etcd and the API server from kubeadm's manifests, and kube-controller-manager's
+// bootstrap signer signs cluster-info; a second joins through kubeadm's own discovery at the
+// endpoint, its etcd member as a learner that is promoted, the first is removed as KubeadmControlPlane removes a machine, and the second
 // serves alone — all verified the way a client through the endpoint verifies them.
 func TestKubeadmControlPlane(t *testing.T) {
 	lab.SkipUnlessRoot(t)
@@ -93,7 +98,10 @@ func TestKubeadmControlPlane(t *testing.T) {
 	tp := newTopology(t)
 	kubeadm, bins := binaries(t, tp.l)
 	ctx := context.Background()
-	c := Cluster{Name: "lab", Endpoint: vip, Kubeadm: kubeadm, KubernetesVersion: envtest.K8sVersion}
+	token, err := NewBootstrapToken()
+	g.Expect(err).NotTo(HaveOccurred())
+	c := Cluster{Name: "lab", Endpoint: vip, Kubeadm: kubeadm, KubernetesVersion: envtest.K8sVersion, BootstrapToken: token,
+		ControllerManagerArgs: []Arg{{"controllers", "bootstrapsigner,tokencleaner"}}}
 	m1, m2 := tp.machines[0], tp.machines[1]
 	kubelet := func(m Machine) Kubelet {
 		return Kubelet{NS: tp.ns[m.Name], Machine: m, Bins: bins, Scratch: filepath.Join(tp.l.Dir(), "rootfs")}
@@ -111,7 +119,7 @@ func TestKubeadmControlPlane(t *testing.T) {
 	client := endpointClient(g, m1, tp.client)
 	g.Eventually(readyz(client, vip), 90*time.Second, 250*time.Millisecond).Should(Equal("ok"), "the API server from kubeadm's manifest is ready through the endpoint")
 	cs := adminClientset(g, m1, tp.client) // kubeadm init's admin.conf: its server is the endpoint
-	_, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	_, err = cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	g.Expect(err).To(MatchError(ContainSubstring("forbidden")), "admin.conf's group has no rights before kubeadm binds it")
 	g.Expect(c.UploadConfig(ctx, m1, tp.ns[m1.Name])).To(Succeed())
 	g.Eventually(func() error {
@@ -119,6 +127,18 @@ func TestKubeadmControlPlane(t *testing.T) {
 		return err
 	},
 		30*time.Second, 250*time.Millisecond).Should(Succeed(), "admin.conf reads the uploaded kubeadm-config")
+	// kube-controller-manager from kubeadm's manifest, with the controllers joins need: its
+	// bootstrap signer signs cluster-info for the token kubeadm's bootstrap-token phase made.
+	_, err = kubelet(m1).Start(ControllerManagerManifest)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() (map[string]string, error) {
+		cm, err := cs.CoreV1().ConfigMaps("kube-public").Get(ctx, "cluster-info", metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return cm.Data, nil
+	}, 60*time.Second, 250*time.Millisecond).Should(HaveKey("jws-kubeconfig-"+strings.Split(token, ".")[0]),
+		"the bootstrap signer signed cluster-info for the token")
 
 	var etcd *Etcd
 	// The second machine joins: its etcd member first as a learner, then promoted.
@@ -130,8 +150,16 @@ func TestKubeadmControlPlane(t *testing.T) {
 	g.Expect(etcd.Members(ctx)).To(ContainElement(Member{ID: id, PeerURL: m2.PeerURL(), Learner: true}), "a joiner starts as a learner")
 	shared, err := ReadShared(m1)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(c.Join(ctx, m2, tp.ns[m2.Name], shared, initial)).To(Succeed())
+	caHash, err := CACertHash(shared["ca.crt"])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.JoinDiscovered(ctx, m2, tp.ns[m2.Name], shared, initial, Discovery{Endpoint: netip.AddrPortFrom(vip, APIPort).String(),
+		Token: strings.Split(token, ".")[0] + ".0123456789abcdef", CACertHash: caHash})).To(MatchError(ContainSubstring("JWS signature")),
+		"discovery refuses cluster-info when the signature does not verify with the token's secret")
+	g.Expect(c.JoinDiscovered(ctx, m2, tp.ns[m2.Name], shared, initial, Discovery{Endpoint: netip.AddrPortFrom(vip, APIPort).String(),
+		Token: token, CACertHash: caHash})).To(Succeed())
 	expectKubeadmFiles(g, m2, c)
+	g.Expect(ServerOf(m2, AdminConfPath)).To(Equal("https://"+netip.AddrPortFrom(vip, APIPort).String()),
+		"the joined machine's admin.conf names the uploaded controlPlaneEndpoint")
 	etcdArgs := manifestArgs(g, m2, EtcdManifest)
 	g.Expect(etcdArgs).To(ContainElements("--initial-cluster-state=existing", "--initial-cluster=cp-1="+m1.PeerURL()+",cp-2="+m2.PeerURL()))
 	for _, mf := range []string{EtcdManifest, APIManifest} {

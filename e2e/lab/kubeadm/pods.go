@@ -16,6 +16,8 @@ import (
 // optionally caplb's agent for the caplb-agent.yaml a bootstrap wrote (e2e/realcp).
 type Binaries struct {
 	Podrun, Etcd, APIServer string
+	// ControllerManager runs kubeadm's kube-controller-manager manifest (optional).
+	ControllerManager string
 	Agent                   string
 	// KubeVIP runs kube-vip's static pod (KubeVIPManifest), when a machine has one.
 	KubeVIP string
@@ -54,6 +56,8 @@ func (k Kubelet) Start(manifest string) (*lab.Process, error) {
 		bin = k.Bins.Etcd
 	case "kube-apiserver":
 		bin = k.Bins.APIServer
+	case "kube-controller-manager":
+		bin = k.Bins.ControllerManager
 	case "caplb-agent":
 		bin = k.Bins.Agent
 	}
