@@ -18,7 +18,7 @@ type Binaries struct {
 	Podrun, Etcd, APIServer string
 	// ControllerManager runs kubeadm's kube-controller-manager manifest (optional).
 	ControllerManager string
-	Agent                   string
+	Agent             string
 	// KubeVIP runs kube-vip's static pod (KubeVIPManifest), when a machine has one.
 	KubeVIP string
 }
