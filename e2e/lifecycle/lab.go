@@ -61,6 +61,13 @@ type Options struct {
 	// KubeVIP, with a real control plane and ARP, makes the lab able to boot Machines that run
 	// kube-vip instead of caplb's agent (kubevip.go).
 	KubeVIP KubeVIPOptions
+	// EndpointMove, with a real control plane, makes the lab one a Cluster can move to another
+	// endpoint in (endpointmove.go): an external load balancer on the segment in front of the
+	// machines (extlb.go), the management side routed into the segment, every serving
+	// certificate carrying the load balancer's address (certSANs), kube-controller-manager's
+	// bootstrap signer on every machine, and joins through kubeadm's own discovery at the
+	// Cluster's endpoint of the moment.
+	EndpointMove bool
 }
 
 // Lab is a running lifecycle lab.
@@ -83,6 +90,8 @@ type Lab struct {
 	// real is the lab's KubeadmControlPlane for a real control plane (nil: stand-ins).
 	real    *realCP
 	stopKCP context.CancelFunc
+	// extLB is the endpoint-move lab's external load balancer (nil otherwise).
+	extLB *extLB
 }
 
 // Start builds the lab up to a running manager; the scenario creates the cluster's objects.
@@ -105,6 +114,14 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if l.topo, err = newTopology(l.net, opts.Backend); err != nil {
 		return l, err
 	}
+	if opts.EndpointMove {
+		if opts.APIServer != Real || opts.Backend != ARP {
+			return l, errors.New("the endpoint-move lab needs a real control plane behind ARP")
+		}
+		if err := l.topo.routeFromHost(); err != nil {
+			return l, err
+		}
+	}
 	if l.ca, err = testpki.NewCA(l.net.Dir()); err != nil {
 		return l, err
 	}
@@ -117,6 +134,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		// The workload cluster is the control plane the machines run: nothing to start yet.
 		if l.real, err = newRealCP(l.net.Dir(), opts.Binaries.Podrun, sampleFile(opts.Backend)); err != nil {
 			return l, err
+		}
+		if opts.EndpointMove {
+			if err := l.real.prepareEndpointMove(); err != nil {
+				return l, err
+			}
 		}
 		deps.real = l.real
 	} else {
@@ -144,6 +166,15 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		deps.kubeVIP = opts.KubeVIP.Binary
 		l.infra.kubeVIP = l.kubeVIPRole()
 		l.infra.podGC = l.collectPodsOf
+	}
+	if opts.EndpointMove {
+		ns, err := l.topo.addExtLB()
+		if err != nil {
+			return l, err
+		}
+		if l.extLB, err = startExtLB(ns, extLBAddr, l.machineAddrs); err != nil {
+			return l, err
+		}
 	}
 	if opts.Workers {
 		if l.infra.workers, err = l.workerRole(); err != nil {
@@ -196,6 +227,9 @@ func (l *Lab) Close() error {
 	}
 	if l.real != nil && l.real.mgmtProxy != nil {
 		errs = append(errs, l.real.mgmtProxy.Close())
+	}
+	if l.extLB != nil {
+		errs = append(errs, l.extLB.Close())
 	}
 	if l.net != nil {
 		errs = append(errs, l.net.Close())

@@ -79,3 +79,19 @@ func (p *managerProc) stop() {
 		<-p.done
 	}
 }
+
+// crashManager kills the manager (SIGKILL: a crash, an OOM kill, its node lost) and starts a
+// new one, as its Deployment would: nothing of the old one's memory survives.
+func (l *Lab) crashManager() error {
+	if err := l.manager.alive(); err != nil {
+		return err
+	}
+	_ = l.manager.cmd.Process.Kill()
+	l.manager.done <- <-l.manager.done
+	m, err := startManager(l.opts.Binaries.Manager, l.net.Dir(), l.Mgmt.Config, AgentImage)
+	if err != nil {
+		return err
+	}
+	l.manager = m
+	return nil
+}

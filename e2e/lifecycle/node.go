@@ -205,7 +205,7 @@ func (n *Node) destroy() error {
 	n.stopKubeVIPPod()
 	procs := []*lab.Process{n.kubelet, n.standin}
 	if n.cp != nil {
-		procs = append(procs, n.cp.apiserver, n.cp.etcd)
+		procs = append(procs, n.cp.controllerManager, n.cp.apiserver, n.cp.etcd)
 	}
 	for _, p := range procs {
 		if p != nil {

@@ -75,6 +75,27 @@ type realCP struct {
 	// a learner that has not started without a name; the timeline names it after its machine).
 	peersMu sync.Mutex
 	peers   map[string]string
+	// discovery: joins go through kubeadm's own discovery at the Cluster's endpoint of the
+	// moment, as CAPI's kubeadm bootstrap writes it (the endpoint-move lab).
+	discovery bool
+}
+
+// prepareEndpointMove shapes the control plane for the endpoint-move lab: the external load
+// balancer's address in every serving certificate (the user planned the move, or KCP rolled for
+// it), kube-controller-manager's bootstrap signer on every machine, discovery joins.
+func (r *realCP) prepareEndpointMove() error {
+	bin, err := envtest.BinaryDir()
+	if err != nil {
+		return err
+	}
+	r.bins.ControllerManager = filepath.Join(bin, "kube-controller-manager")
+	if _, err := os.Stat(r.bins.ControllerManager); err != nil {
+		return fmt.Errorf("the endpoint-move lab needs kube-controller-manager in %s: run `make testbin` (%w)", bin, err)
+	}
+	r.cluster.ControllerManagerArgs = []kubeadm.Arg{{Name: "controllers", Value: "bootstrapsigner,tokencleaner"}}
+	r.cluster.CertSANs = []string{extLBAddr.String()}
+	r.discovery = true
+	return nil
 }
 
 // notePeer remembers m's name for its etcd peer URL.
@@ -106,8 +127,13 @@ func newRealCP(dir, podrun, sample string) (*realCP, error) {
 	if _, err := os.Stat(filepath.Join(bin, "kubeadm")); err != nil {
 		return nil, fmt.Errorf("the real control plane needs kubeadm in %s: run `make testbin` (%w)", bin, err)
 	}
+	token, err := kubeadm.NewBootstrapToken()
+	if err != nil {
+		return nil, err
+	}
 	return &realCP{
-		cluster: kubeadm.Cluster{Kubeadm: filepath.Join(bin, "kubeadm"), KubernetesVersion: envtest.K8sVersion, APIServerArgs: args},
+		cluster: kubeadm.Cluster{Kubeadm: filepath.Join(bin, "kubeadm"), KubernetesVersion: envtest.K8sVersion, APIServerArgs: args,
+			BootstrapToken: token},
 		bins: kubeadm.Binaries{Podrun: podrun, Etcd: filepath.Join(bin, "etcd"),
 			APIServer: filepath.Join(bin, "kube-apiserver")},
 		scratch: filepath.Join(dir, "pods"),
@@ -134,14 +160,19 @@ func (l *Lab) setUpRealCP(ctx context.Context) error {
 	}
 	r.shared = shared
 	endpoint := netip.AddrPortFrom(l.vip, apiPort).String()
-	if r.mgmtProxy, err = lab.ProxyOut(l.topo.client, "127.0.0.1:0", endpoint); err != nil {
-		return err
+	server := "https://" + endpoint
+	if !l.opts.EndpointMove {
+		// The management side has no route into the lab (the endpoint-move lab's has one).
+		if r.mgmtProxy, err = lab.ProxyOut(l.topo.client, "127.0.0.1:0", endpoint); err != nil {
+			return err
+		}
+		server = "https://" + r.mgmtProxy.Addr()
 	}
 	caCert, caKey, err := parseCA(shared["ca.crt"], shared["ca.key"])
 	if err != nil {
 		return err
 	}
-	kc, err := kubeconfig.New(l.ClusterName, "https://"+r.mgmtProxy.Addr(), caCert, caKey)
+	kc, err := kubeconfig.New(l.ClusterName, server, caCert, caKey)
 	if err != nil {
 		return err
 	}
@@ -225,7 +256,7 @@ func (d *nodeDeps) sharedFromSecrets(ctx context.Context, namespace string) (map
 // cpMachine is what a real control-plane machine runs besides the agent.
 type cpMachine struct {
 	kubeadm.Machine
-	etcd, apiserver *lab.Process
+	etcd, apiserver, controllerManager *lab.Process
 }
 
 // bootRealCP makes n a control-plane machine with kubeadm, as `kubeadm init` (the first) or
@@ -270,7 +301,11 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		}
 		learner = id
 		step("etcd learner added")
-		if err := r.cluster.Join(ctx, n.cp.Machine, n.NS, shared, initial); err != nil {
+		if r.discovery {
+			if err := d.joinDiscovered(ctx, n, namespace, shared, initial); err != nil {
+				return err
+			}
+		} else if err := r.cluster.Join(ctx, n.cp.Machine, n.NS, shared, initial); err != nil {
 			return err
 		}
 		step("kubeadm join")
@@ -324,7 +359,8 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 	return err
 }
 
-// startControlPlane runs kubeadm's etcd and kube-apiserver manifests through the lab's kubelet.
+// startControlPlane runs kubeadm's etcd and kube-apiserver manifests through the lab's kubelet,
+// and kube-controller-manager's where the lab has it.
 func (n *Node) startControlPlane() (err error) {
 	k := kubeadm.Kubelet{NS: n.NS, Machine: n.cp.Machine, Bins: n.deps.real.bins, Scratch: n.deps.real.scratch}
 	if n.cp.etcd == nil {
@@ -332,8 +368,37 @@ func (n *Node) startControlPlane() (err error) {
 			return err
 		}
 	}
-	n.cp.apiserver, err = k.Start(kubeadm.APIManifest)
+	if n.cp.apiserver, err = k.Start(kubeadm.APIManifest); err != nil {
+		return err
+	}
+	if k.Bins.ControllerManager != "" && n.cp.controllerManager == nil {
+		n.cp.controllerManager, err = k.Start(kubeadm.ControllerManagerManifest)
+	}
 	return err
+}
+
+// joinDiscovered makes n's files with kubeadm's own join, discovering the cluster at the
+// Cluster's controlPlaneEndpoint as CAPI's kubeadm bootstrap writes it into the
+// JoinConfiguration: after an endpoint move, the new endpoint.
+func (d *nodeDeps) joinDiscovered(ctx context.Context, n *Node, namespace string, shared map[string][]byte, members []kubeadm.EtcdMember) error {
+	cluster := &clusterv1.Cluster{}
+	if err := d.mgmt.Get(ctx, client.ObjectKey{Namespace: namespace, Name: d.clusterName}, cluster); err != nil {
+		return err
+	}
+	ep := cluster.Spec.ControlPlaneEndpoint
+	host, err := netip.ParseAddr(ep.Host)
+	if err != nil {
+		return fmt.Errorf("the Cluster's endpoint %q: %w", ep.Host, err)
+	}
+	hash, err := kubeadm.CACertHash(shared["ca.crt"])
+	if err != nil {
+		return err
+	}
+	c := d.real.cluster
+	c.Endpoint = host
+	disc := kubeadm.Discovery{Endpoint: netip.AddrPortFrom(host, uint16(ep.Port)).String(), Token: c.BootstrapToken, CACertHash: hash}
+	d.lab.Logf("boot", "%s: kubeadm join discovers the cluster at %s", n.Name, disc.Endpoint)
+	return c.JoinDiscovered(ctx, n.cp.Machine, n.NS, shared, members, disc)
 }
 
 // waitAPIReady polls the machine's own /readyz (from the machine, verified with the cluster CA

@@ -20,9 +20,18 @@ import (
 // kubectl user, not system:masters): a writer and an informer on ConfigMaps of their own
 // namespace, and a leader-elected loop with kube-controller-manager's timings.
 func (l *Lab) startClients(ctx context.Context) (*clients.Run, error) {
+	return l.startClientsAt(ctx, "", "lifecycle-clients")
+}
+
+// startClientsAt is startClients through server (host:port; empty: admin.conf's, the VIP), in
+// a namespace of their own (their Lease is in it).
+func (l *Lab) startClientsAt(ctx context.Context, server, namespace string) (*clients.Run, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(l.real.admin)
 	if err != nil {
 		return nil, fmt.Errorf("admin.conf: %w", err)
+	}
+	if server != "" {
+		cfg.Host = "https://" + server
 	}
 	// No rest.Config.Timeout: it would cut every watch too (the informer then relists every
 	// 15 s, and a relist hides a lost event). The writer bounds each request itself
@@ -32,7 +41,7 @@ func (l *Lab) startClients(ctx context.Context) (*clients.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle-clients"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("the clients' namespace: %w", err)
 	}

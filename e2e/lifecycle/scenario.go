@@ -92,48 +92,9 @@ func (s *Scenario) step(format string, args ...any) {
 // pods removed, checking that nothing is left behind.
 func (s *Scenario) Run(ctx context.Context) (Report, error) {
 	var rep Report
-	if s.Replicas == 0 {
-		s.Replicas = 3
-	}
-	if s.Rounds == 0 {
-		s.Rounds = s.Replicas
-	}
-	l := s.Lab
-	s.step("create the Cluster and its LoadBalancer (%s VIP from an IPAM pool)", l.opts.Backend)
-	lb, err := l.CreateCluster(ctx)
-	if err != nil {
+	if err := s.bootstrap(ctx); err != nil {
 		return rep, err
 	}
-	s.lbName = lb.Name
-	vip, err := l.WaitEndpoint(ctx, endpointTimeout)
-	if err != nil {
-		return rep, err
-	}
-	if ms, err := l.Machines(ctx); err != nil || len(ms) != 0 {
-		return rep, fmt.Errorf("the endpoint must be published before any Machine exists (machines: %d, %v)", len(ms), err)
-	}
-	s.step("endpoint %s:6443 published before any Machine", vip)
-
-	first, err := s.addMachine(ctx)
-	if err != nil {
-		return rep, err
-	}
-	if err := s.waitHolders(ctx, "the first Machine holds the VIP alone", func(h []string) bool {
-		return slices.Equal(h, []string{first})
-	}); err != nil {
-		return rep, err
-	}
-	if s.AfterBootstrap != nil {
-		if err := s.AfterBootstrap(); err != nil {
-			return rep, err
-		}
-	}
-	for len(s.members) < s.Replicas {
-		if _, err := s.addMachine(ctx); err != nil {
-			return rep, err
-		}
-	}
-	s.step("control plane at %d Machines", s.Replicas)
 
 	for round := 1; round <= s.Rounds; round++ {
 		start := time.Now()
@@ -165,6 +126,54 @@ func (s *Scenario) Run(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// bootstrap brings the control plane up: the Cluster and its LoadBalancer, the endpoint before
+// any Machine, the first Machine alone (AfterBootstrap), then Replicas Machines.
+func (s *Scenario) bootstrap(ctx context.Context) error {
+	if s.Replicas == 0 {
+		s.Replicas = 3
+	}
+	if s.Rounds == 0 {
+		s.Rounds = s.Replicas
+	}
+	l := s.Lab
+	s.step("create the Cluster and its LoadBalancer (%s VIP from an IPAM pool)", l.opts.Backend)
+	lb, err := l.CreateCluster(ctx)
+	if err != nil {
+		return err
+	}
+	s.lbName = lb.Name
+	vip, err := l.WaitEndpoint(ctx, endpointTimeout)
+	if err != nil {
+		return err
+	}
+	if ms, err := l.Machines(ctx); err != nil || len(ms) != 0 {
+		return fmt.Errorf("the endpoint must be published before any Machine exists (machines: %d, %v)", len(ms), err)
+	}
+	s.step("endpoint %s:6443 published before any Machine", vip)
+
+	first, err := s.addMachine(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.waitHolders(ctx, "the first Machine holds the VIP alone", func(h []string) bool {
+		return slices.Equal(h, []string{first})
+	}); err != nil {
+		return err
+	}
+	if s.AfterBootstrap != nil {
+		if err := s.AfterBootstrap(); err != nil {
+			return err
+		}
+	}
+	for len(s.members) < s.Replicas {
+		if _, err := s.addMachine(ctx); err != nil {
+			return err
+		}
+	}
+	s.step("control plane at %d Machines", s.Replicas)
+	return nil
 }
 
 // addMachine creates the next Machine and waits until it is an active member.

@@ -28,6 +28,9 @@ type Discovery struct {
 	Endpoint   string
 	Token      string
 	CACertHash string
+	// Timeout is JoinConfiguration.timeouts.discovery (zero: kubeadm's 5 minutes): how long
+	// kubeadm retries fetching a signed, verifiable cluster-info.
+	Timeout time.Duration
 }
 
 // NewBootstrapToken makes a token of kubeadm's form ([a-z0-9]{6}.[a-z0-9]{16}).
@@ -97,6 +100,9 @@ controlPlane:
     advertiseAddress: %[5]s
     bindPort: %[6]d
 `, m.Name, d.Endpoint, d.Token, d.CACertHash, m.Addr, APIPort)
+	if d.Timeout > 0 {
+		cfg += fmt.Sprintf("timeouts:\n  discovery: %s\n", d.Timeout)
+	}
 	if err := writeFile(m.Path(JoinConfigPath), []byte(cfg), 0o600); err != nil {
 		return err
 	}

@@ -155,6 +155,13 @@ func TestKubeadmControlPlane(t *testing.T) {
 	g.Expect(c.JoinDiscovered(ctx, m2, tp.ns[m2.Name], shared, initial, Discovery{Endpoint: netip.AddrPortFrom(vip, APIPort).String(),
 		Token: strings.Split(token, ".")[0] + ".0123456789abcdef", CACertHash: caHash})).To(MatchError(ContainSubstring("JWS signature")),
 		"discovery refuses cluster-info when the signature does not verify with the token's secret")
+	// An endpoint the serving certificate does not name (an address of the first machine's that
+	// is no SAN): cluster-info is signed, but its second, verified fetch fails.
+	unnamed := netip.MustParseAddr("10.47.0.201")
+	g.Expect(tp.ns[m1.Name].AddAddr("eth0", netip.PrefixFrom(unnamed, 32))).To(Succeed())
+	g.Expect(c.JoinDiscovered(ctx, m2, tp.ns[m2.Name], shared, initial, Discovery{Endpoint: netip.AddrPortFrom(unnamed, APIPort).String(),
+		Token: token, CACertHash: caHash, Timeout: 5 * time.Second})).To(MatchError(ContainSubstring("x509")),
+		"discovery refuses an endpoint the API server's certificate does not carry")
 	g.Expect(c.JoinDiscovered(ctx, m2, tp.ns[m2.Name], shared, initial, Discovery{Endpoint: netip.AddrPortFrom(vip, APIPort).String(),
 		Token: token, CACertHash: caHash})).To(Succeed())
 	expectKubeadmFiles(g, m2, c)
