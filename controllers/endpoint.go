@@ -260,6 +260,14 @@ func (r *LoadBalancerReconciler) publishToCluster(ctx context.Context, s *scope)
 		r.event(lb, cluster, false, lbv1.EventClusterEndpointSet, "Publish",
 			"set Cluster %s spec.controlPlaneEndpoint to %s:%d", cluster.Name, ours.Host, ours.Port)
 	case decideMismatch:
+		if lb.Spec.MovesEndpointOnMemberLeave() && cluster.GetAnnotations()[lbv1.EndpointPublishedByAnnotation] == lb.Name {
+			// The member the Cluster names left: the member move (reconcileEndpointMove) rewrites
+			// the cluster's copies of the endpoint, then the Cluster.
+			set(metav1.ConditionFalse, lbv1.SwitchingReason, fmt.Sprintf(
+				"Cluster %s spec.controlPlaneEndpoint is %s:%d, the address of a member that left; moving it to %s:%d (condition EndpointMove)",
+				cluster.Name, theirs.Host, theirs.Port, ours.Host, ours.Port))
+			return nil
+		}
 		msg := fmt.Sprintf("Cluster %s spec.controlPlaneEndpoint is %s:%d but this LoadBalancer serves %s:%d; "+
 			"caplb never overwrites a Cluster's endpoint (it is baked into certificates and kubeconfigs)",
 			cluster.Name, theirs.Host, theirs.Port, ours.Host, ours.Port)

@@ -31,6 +31,9 @@ import (
 // status naming the next step is stored before that step writes.
 const moveStepRequeue = 100 * time.Millisecond
 
+// memberMoveHoldPoll is how often a member held for a member move is looked at again.
+const memberMoveHoldPoll = 2 * time.Second
+
 // moveWaitRecheck is how often a waiting move looks again (certificates, readiness) when no
 // watch says something changed: a KCP rollout takes minutes.
 const moveWaitRecheck = 15 * time.Second
@@ -40,11 +43,19 @@ const moveWaitRecheck = 15 * time.Second
 // makes at most one write, whose step it then records as done.
 func (r *LoadBalancerReconciler) reconcileEndpointMove(ctx context.Context, s *scope) error {
 	lb := s.lb
-	if lb.Spec.TakeOverEndpointFrom == nil && lb.Status.EndpointMove == nil {
-		conditions.Delete(lb, lbv1.EndpointMoveCondition)
+	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() {
+		if lb.Spec.TakeOverEndpointFrom == nil && lb.Status.EndpointMove == nil {
+			conditions.Delete(lb, lbv1.EndpointMoveCondition)
+		}
 		return nil
 	}
-	if s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() {
+	if start := memberMoveStart(s); start != nil {
+		ctrl.LoggerFrom(ctx).Info("Endpoint move: the member whose address the Cluster names left; moving the Cluster to the address published now",
+			"from", start.OldEndpoint.Host, "to", lb.Status.Endpoint.Host)
+		lb.Status.EndpointMove = start
+	}
+	if lb.Spec.TakeOverEndpointFrom == nil && lb.Status.EndpointMove == nil {
+		conditions.Delete(lb, lbv1.EndpointMoveCondition)
 		return nil
 	}
 	o, err := r.observeMove(ctx, s)
@@ -86,7 +97,11 @@ func (r *LoadBalancerReconciler) reconcileEndpointMove(ctx context.Context, s *s
 		return fmt.Errorf("endpoint move, step %s: %w", d.Do, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Endpoint move step done", "step", d.Do, "changed", changed)
-	lb.Status.EndpointMove = endpointmove.Advance(d.Status, d.Do, metav1.NewTime(r.now()))
+	advance := endpointmove.Advance
+	if d.Status.From == lb.Name {
+		advance = endpointmove.AdvanceMember
+	}
+	lb.Status.EndpointMove = advance(d.Status, d.Do, metav1.NewTime(r.now()))
 	if lb.Status.EndpointMove.Step == lbv1.MoveStepDone {
 		o.Status = lb.Status.EndpointMove
 		if done := endpointmove.Next(o); done.Condition != nil {
@@ -108,6 +123,7 @@ func (r *LoadBalancerReconciler) observeMove(ctx context.Context, s *scope) (end
 		step = st.Step
 	}
 	o := endpointmove.Observed{
+		Self:      lb.Name,
 		Status:    st,
 		Policy:    lb.Spec.TakeOverEndpointFrom.EffectiveCertSANs(),
 		Publishes: lb.Spec.PublishesClusterEndpoint(),
@@ -157,13 +173,15 @@ func (r *LoadBalancerReconciler) observeMove(ctx context.Context, s *scope) (end
 }
 
 // checkServingCerts verifies each active member's serving certificate as this LoadBalancer's
-// host, dialing the member's address directly (not the endpoint: every member must pass).
+// host, dialing the member's address directly (not the endpoint: every member must pass). A
+// member move checks only the member whose address is published: its clients reach no other.
 func (r *LoadBalancerReconciler) checkServingCerts(ctx context.Context, s *scope) []endpointmove.MemberCert {
 	lb := s.lb
 	roots, err := r.clusterCA(ctx, lb.Namespace, lb.Spec.ClusterName)
+	memberMove := lb.Status.EndpointMove != nil && lb.Status.EndpointMove.From == lb.Name
 	var out []endpointmove.MemberCert
 	for _, m := range s.members {
-		if m.cur.State != lbv1.TargetActive {
+		if m.cur.State != lbv1.TargetActive || (memberMove && m.facts.address != lb.Status.Endpoint.Host) {
 			continue
 		}
 		mc := endpointmove.MemberCert{Name: m.name}
@@ -254,6 +272,45 @@ func (r *LoadBalancerReconciler) addControlPlaneCertSANs(ctx context.Context, s 
 	ctrl.LoggerFrom(ctx).Info("Endpoint move: added hosts to the control plane's certSANs; it rolls its Machines",
 		"hosts", hosts, cp.GetKind(), cp.GetName())
 	return nil
+}
+
+// memberMoveStart is the status that starts a member move, or nil: a static LoadBalancer that
+// publishes a member's address with onPublishedMemberLeave MoveEndpoint, whose published address
+// moved off the one the Cluster names (that member left) and is available, with no move in
+// progress, and only when this LoadBalancer wrote the Cluster's endpoint (never one a person
+// chose).
+func memberMoveStart(s *scope) *lbv1.EndpointMoveStatus {
+	lb := s.lb
+	if !lb.Spec.MovesEndpointOnMemberLeave() || lb.Spec.TakeOverEndpointFrom != nil || s.notPublisher || !s.ensured {
+		return nil
+	}
+	if st := lb.Status.EndpointMove; st != nil && st.Step != lbv1.MoveStepDone {
+		return nil
+	}
+	theirs, ours := clusterEndpointOf(s.cluster), lb.Status.Endpoint
+	if !theirs.IsValid() || !ours.IsValid() || theirs == ours || !s.endpoint.Available ||
+		s.cluster.GetAnnotations()[lbv1.EndpointPublishedByAnnotation] != lb.Name {
+		return nil
+	}
+	return &lbv1.EndpointMoveStatus{From: lb.Name, OldEndpoint: theirs, Step: lbv1.MoveStepServe}
+}
+
+// holdsClusterEndpoint: a member a member move needs — its address is the Cluster's endpoint,
+// or either end of a move in progress. Its deletion waits (pre-drain hook) until the Cluster no
+// longer names it, so that nothing drains a machine that clients and CAPI's ClusterCache reach
+// the cluster through.
+func holdsClusterEndpoint(s *scope, m *member) bool {
+	lb := s.lb
+	addr := m.facts.address
+	if !lb.Spec.MovesEndpointOnMemberLeave() || s.cluster == nil || !s.cluster.DeletionTimestamp.IsZero() || addr == "" {
+		return false
+	}
+	if s.cluster.Spec.ControlPlaneEndpoint.Host == addr {
+		return true
+	}
+	st := lb.Status.EndpointMove
+	return st != nil && st.From == lb.Name && st.Step != lbv1.MoveStepDone &&
+		(st.OldEndpoint.Host == addr || st.NewEndpoint.Host == addr)
 }
 
 // publishFlip sets this LoadBalancer up as the Cluster's publisher in memory; the reconcile's

@@ -115,8 +115,14 @@ func (r *LoadBalancerReconciler) switchCluster(ctx context.Context, s *scope, m 
 		return false, fmt.Errorf("switching Cluster %s spec.controlPlaneEndpoint: %w", cluster.Name, err)
 	}
 	s.cluster = cluster
-	r.event(s.lb, cluster, true, lbv1.EventClusterEndpointMoved, "MoveEndpoint",
-		"moved Cluster %s spec.controlPlaneEndpoint from %s:%d (LoadBalancer %s) to %s:%d; the old endpoint stays served until LoadBalancer %s is deleted",
-		cluster.Name, m.Old.Host, m.Old.Port, s.lb.Status.EndpointMove.From, m.New.Host, m.New.Port, s.lb.Status.EndpointMove.From)
+	if from := s.lb.Status.EndpointMove.From; from == s.lb.Name {
+		r.event(s.lb, cluster, true, lbv1.EventClusterEndpointMoved, "MoveEndpoint",
+			"moved Cluster %s spec.controlPlaneEndpoint from %s:%d (the address of a member that left) to %s:%d (another member's)",
+			cluster.Name, m.Old.Host, m.Old.Port, m.New.Host, m.New.Port)
+	} else {
+		r.event(s.lb, cluster, true, lbv1.EventClusterEndpointMoved, "MoveEndpoint",
+			"moved Cluster %s spec.controlPlaneEndpoint from %s:%d (LoadBalancer %s) to %s:%d; the old endpoint stays served until LoadBalancer %s is deleted",
+			cluster.Name, m.Old.Host, m.Old.Port, from, m.New.Host, m.New.Port, from)
+	}
 	return true, nil
 }

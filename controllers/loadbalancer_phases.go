@@ -67,6 +67,9 @@ func (r *LoadBalancerReconciler) reconcileMembers(ctx context.Context, s *scope)
 				s.requeueAfter(minPositive(quiescePollOnError, quiesceDeadline(m.cur, now, timeout)))
 				break
 			}
+			if qs.Done && holdsClusterEndpoint(s, m) {
+				qs = providers.QuiesceStatus{RequeueAfter: memberMoveHoldPoll}
+			}
 			m.result.QuiesceDone = qs.Done
 			if !qs.Done {
 				s.requeueAfter(minPositive(qs.RequeueAfter, quiesceDeadline(m.cur, now, timeout)))

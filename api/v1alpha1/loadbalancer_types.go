@@ -208,6 +208,36 @@ type StaticBackend struct {
 	// +kubebuilder:validation:MaxItems=5
 	// +kubebuilder:validation:items:Enum=InternalIP;ExternalIP;InternalDNS;ExternalDNS;Hostname
 	AddressTypes []string `json:"addressTypes,omitempty"`
+
+	// onPublishedMemberLeave says what happens, with spec.endpoint.host empty, when the member
+	// whose address is the Cluster's endpoint leaves (its Machine deleted, disabled or unready)
+	// and this LoadBalancer publishes another member's. Keep (the default): the Cluster keeps the
+	// old address (ClusterEndpointMismatch); kubeadm baked it into certificates and kubeconfigs.
+	// MoveEndpoint: caplb moves the Cluster to the new member's address with the endpoint move's
+	// steps (docs/endpoint-move.md): cluster-info, kubeadm-config, kube-proxy, the kubeconfig
+	// Secret, then the Cluster; the leaving member's deletion is held (pre-drain hook, at most
+	// spec.quiesce.timeout) until the Cluster no longer names it.
+	// +optional
+	// +kubebuilder:validation:Enum=Keep;MoveEndpoint
+	OnPublishedMemberLeave MemberLeavePolicy `json:"onPublishedMemberLeave,omitempty"`
+}
+
+// MemberLeavePolicy is spec.backend.static.onPublishedMemberLeave.
+type MemberLeavePolicy string
+
+const (
+	// MemberLeaveKeep: the Cluster keeps the leaving member's address.
+	MemberLeaveKeep MemberLeavePolicy = "Keep"
+	// MemberLeaveMoveEndpoint: caplb moves the Cluster to another member's address.
+	MemberLeaveMoveEndpoint MemberLeavePolicy = "MoveEndpoint"
+)
+
+// MovesEndpointOnMemberLeave: a static LoadBalancer publishing a member's address that moves
+// the Cluster when that member leaves (spec.backend.static.onPublishedMemberLeave MoveEndpoint,
+// spec.endpoint.host empty, publishing the Cluster's endpoint).
+func (s *LoadBalancerSpec) MovesEndpointOnMemberLeave() bool {
+	return s.Backend.Static != nil && s.Backend.Static.OnPublishedMemberLeave == MemberLeaveMoveEndpoint &&
+		s.Endpoint.Host == "" && s.PublishesClusterEndpoint()
 }
 
 // HealthCheck configures probes. Zero values take the documented defaults.

@@ -68,6 +68,12 @@ type Observed struct {
 	ControlPlaneKnown    bool
 	// Machines are the Cluster's Machines now, recorded when the Cluster switches.
 	Machines []string
+	// Self is this LoadBalancer's name. A move whose From is Self is a member move: a static
+	// LoadBalancer publishing a member's address (onPublishedMemberLeave MoveEndpoint) moves the
+	// Cluster from a leaving member's address to another's. It has no old LoadBalancer to release
+	// and no publisher to flip (ReleaseOld and Publish are passed), and only the member carrying
+	// the new address must verify as it (Members holds that one).
+	Self string
 }
 
 // Decision is what to do now.
@@ -102,12 +108,16 @@ func Next(o Observed) Decision {
 		d.Condition = cond(metav1.ConditionFalse, lbv1.EndpointMoveRefusedReason, fmt.Sprintf(format, a...))
 		return d
 	}
+	member := o.Self != "" && st.From == o.Self
 	if st.Step == lbv1.MoveStepDone {
-		d.Condition = cond(metav1.ConditionTrue, lbv1.SwitchedReason, switchedMessage(st))
+		d.Condition = cond(metav1.ConditionTrue, lbv1.SwitchedReason, switchedMessage(st, member))
 		return d
 	}
 	if index(st.Step) < 0 {
 		return refuse("status.endpointMove.step %q is not a step this manager knows; a newer manager wrote it", st.Step)
+	}
+	if member {
+		return nextMemberMove(o, d, refuse)
 	}
 	switch {
 	case o.From == "" && st.Step == lbv1.MoveStepPublish && o.Publishes:
@@ -256,9 +266,13 @@ func switchingMessage(st *lbv1.EndpointMoveStatus) string {
 	return fmt.Sprintf("step %s: pointing %s at %s; %s stays served", st.Step, what, hp(st.NewEndpoint), hp(st.OldEndpoint))
 }
 
-func switchedMessage(st *lbv1.EndpointMoveStatus) string {
+func switchedMessage(st *lbv1.EndpointMoveStatus, member bool) string {
 	msg := fmt.Sprintf("Cluster moved from %s (LoadBalancer %s) to %s; %s stays served until LoadBalancer %s is deleted",
 		hp(st.OldEndpoint), st.From, hp(st.NewEndpoint), hp(st.OldEndpoint), st.From)
+	if member {
+		msg = fmt.Sprintf("Cluster moved from %s (the address of a member that left) to %s (another member's)",
+			hp(st.OldEndpoint), hp(st.NewEndpoint))
+	}
 	if n := len(st.MachinesBeforeSwitch); n > 0 {
 		msg += fmt.Sprintf(". %d Machines created before the switch still name %s in admin.conf or kubelet.conf (%s): "+
 			"roll them out (KubeadmControlPlane spec.rollout.after, a MachineDeployment rollout)",

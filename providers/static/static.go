@@ -85,6 +85,11 @@ func (b *Backend) Validate(lb *lbv1.LoadBalancer) field.ErrorList {
 		}
 		seen[t] = true
 	}
+	if spec.Endpoint.Host != "" && spec.Backend.Static.OnPublishedMemberLeave == lbv1.MemberLeaveMoveEndpoint {
+		errs = append(errs, field.Invalid(path.Child("onPublishedMemberLeave"), spec.Backend.Static.OnPublishedMemberLeave,
+			"MoveEndpoint moves the Cluster off a leaving member's address, and spec.endpoint.host is set (a fixed endpoint, no member's): "+
+				"remove spec.backend.static.onPublishedMemberLeave or spec.endpoint.host"))
+	}
 	if spec.Endpoint.Host == "" && spec.Endpoint.Port != 0 && spec.Endpoint.Port != spec.EffectiveTargetPort() {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "endpoint", "port"), spec.Endpoint.Port,
 			fmt.Sprintf("with spec.endpoint.host empty the static backend publishes a member's own address, "+

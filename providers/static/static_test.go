@@ -322,6 +322,14 @@ func TestValidate(t *testing.T) {
 	g.Expect(b.Validate(lb)).To(HaveLen(1))
 	lb.Spec.Endpoint.Host = "api.example.com"
 	g.Expect(b.Validate(lb)).To(BeEmpty(), "an external LB may listen on any port")
+	lb.Spec.Backend.Static.OnPublishedMemberLeave = lbv1.MemberLeaveMoveEndpoint
+	errs := b.Validate(lb)
+	g.Expect(errs).To(HaveLen(1))
+	g.Expect(errs[0].Field).To(Equal("spec.backend.static.onPublishedMemberLeave"))
+	g.Expect(errs[0].Detail).To(ContainSubstring("remove spec.backend.static.onPublishedMemberLeave or spec.endpoint.host"))
+	lb.Spec.Endpoint.Host = ""
+	lb.Spec.Endpoint.Port = 0
+	g.Expect(b.Validate(lb)).To(BeEmpty(), "MoveEndpoint with a member's address")
 	lb.Spec.Backend.Static = nil
 	g.Expect(b.Validate(lb)).To(HaveLen(1))
 }
