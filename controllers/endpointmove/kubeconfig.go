@@ -12,6 +12,8 @@ import (
 type serverNode struct {
 	cluster string
 	node    *yaml.Node
+	// tlsName is the entry's tls-server-name scalar (nil when absent).
+	tlsName *yaml.Node
 }
 
 // kubeconfigServers returns the server scalars of a kubeconfig (YAML or JSON, which is YAML).
@@ -33,8 +35,13 @@ func kubeconfigServers(text string) ([]serverNode, error) {
 		if n := mapValue(item, "name"); n != nil {
 			name = n.Value
 		}
-		if s := mapValue(mapValue(item, "cluster"), "server"); s != nil && s.Kind == yaml.ScalarNode {
-			out = append(out, serverNode{cluster: name, node: s})
+		c := mapValue(item, "cluster")
+		if s := mapValue(c, "server"); s != nil && s.Kind == yaml.ScalarNode {
+			sn := serverNode{cluster: name, node: s}
+			if t := mapValue(c, "tls-server-name"); t != nil && t.Kind == yaml.ScalarNode {
+				sn.tlsName = t
+			}
+			out = append(out, sn)
 		}
 	}
 	return out, nil
@@ -85,29 +92,43 @@ func (m Move) rewriteKubeconfig(text string, strict bool) (string, bool, error) 
 		}
 		return text, false, nil
 	}
-	lines := strings.Split(text, "\n")
-	// Last first, so that an edit does not shift the position of the ones still to do (a JSON
-	// kubeconfig may hold several on one line).
-	slices.SortFunc(old, func(a, b serverNode) int {
-		if a.node.Line != b.node.Line {
-			return b.node.Line - a.node.Line
-		}
-		return b.node.Column - a.node.Column
-	})
+	type edit struct {
+		cluster string
+		node    *yaml.Node
+		repl    string
+	}
+	var edits []edit
 	for _, s := range old {
 		repl, err := m.newServer(s.node.Value)
 		if err != nil {
 			return "", false, err
 		}
-		if lines, err = replaceScalar(lines, s.node, repl); err != nil {
-			return "", false, fmt.Errorf("cluster %q: %w", s.cluster, err)
+		edits = append(edits, edit{s.cluster, s.node, repl})
+		// A tls-server-name of E1's host would make clients verify E2 as E1: it works only while
+		// E2's certificates carry E1 too, and hides a missing SAN until E1 leaves them.
+		if s.tlsName != nil && sameHost(s.tlsName.Value, m.Old.Host) {
+			edits = append(edits, edit{s.cluster, s.tlsName, m.New.Host})
+		}
+	}
+	lines := strings.Split(text, "\n")
+	// Last first, so that an edit does not shift the position of the ones still to do (a JSON
+	// kubeconfig may hold several on one line).
+	slices.SortFunc(edits, func(a, b edit) int {
+		if a.node.Line != b.node.Line {
+			return b.node.Line - a.node.Line
+		}
+		return b.node.Column - a.node.Column
+	})
+	for _, e := range edits {
+		if lines, err = replaceScalar(lines, e.node, e.repl); err != nil {
+			return "", false, fmt.Errorf("cluster %q: %w", e.cluster, err)
 		}
 	}
 	return strings.Join(lines, "\n"), true, nil
 }
 
 // replaceScalar replaces a plain or quoted scalar's text at its position with repl in the
-// same style. URLs need no escaping in either quote style.
+// same style. URLs and host names need no escaping in either quote style.
 func replaceScalar(lines []string, n *yaml.Node, repl string) ([]string, error) {
 	quote := ""
 	switch n.Style {

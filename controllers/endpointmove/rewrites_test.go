@@ -104,6 +104,10 @@ func TestRewriteKubeconfigSecret(t *testing.T) {
 		{"JSON with two entries at E1", json, at(json), true, ""},
 		{"already at E2", at(secretKubeconfig), at(secretKubeconfig), false, ""},
 		{"no entry at E1 or E2", strings.ReplaceAll(secretKubeconfig, "10.0.0.10", "10.9.9.9"), "", false, ErrForeignEndpoint.Error()},
+		// Found by the lab: the server moved, the name clients verify it as did not.
+		{"tls-server-name of E1's host follows", withTLSName(secretKubeconfig, "10.0.0.10"),
+			strings.Replace(at(withTLSName(secretKubeconfig, "10.0.0.10")), "tls-server-name: 10.0.0.10", "tls-server-name: api.prod.example.com", 1), true, ""},
+		{"another tls-server-name stays", withTLSName(secretKubeconfig, "kubernetes"), at(withTLSName(secretKubeconfig, "kubernetes")), true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,4 +208,9 @@ func assertIdempotent[T runtime.Object](g Gomega, obj T, rewrite func(T) (bool, 
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(changed).To(BeFalse(), "a second call must be a no-op")
 	g.Expect(equality.Semantic.DeepEqual(before, obj)).To(BeTrue(), "a no-op must not touch the object")
+}
+
+// withTLSName adds tls-server-name to the kubeconfig's first cluster entry.
+func withTLSName(kc, name string) string {
+	return strings.Replace(kc, "    server: ", "    tls-server-name: "+name+"\n    server: ", 1)
 }

@@ -258,6 +258,9 @@ func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr
 	}
 	if srv := kubeconfigServer(string(sec.Data["value"])); srv != e2URL {
 		errs = append(errs, fmt.Errorf("the %s-kubeconfig Secret names %q", l.ClusterName, srv))
+	} else if name := kubeconfigTLSName(string(sec.Data["value"])); name != "" && name != extLBAddr.String() {
+		// The lab's Secret verifies the server by name (tls-server-name): it must follow.
+		errs = append(errs, fmt.Errorf("the %s-kubeconfig Secret verifies E2 as %q", l.ClusterName, name))
 	} else if cfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"]); err != nil {
 		errs = append(errs, err)
 	} else {
@@ -346,6 +349,18 @@ func kubeconfigServer(kc string) string {
 	}
 	for _, c := range cfg.Clusters {
 		return c.Server
+	}
+	return ""
+}
+
+// kubeconfigTLSName is the tls-server-name of a kubeconfig's first cluster ("" if none).
+func kubeconfigTLSName(kc string) string {
+	cfg, err := clientcmd.Load([]byte(kc))
+	if err != nil {
+		return ""
+	}
+	for _, c := range cfg.Clusters {
+		return c.TLSServerName
 	}
 	return ""
 }
