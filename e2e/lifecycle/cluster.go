@@ -49,9 +49,18 @@ func SampleBusyDrain(backend Backend) (time.Duration, error) {
 // label), its kubeconfig Secret pointing at the workload API server, and the sample's
 // LoadBalancer with its VIP from the lab's pool. It returns the LoadBalancer.
 func (l *Lab) CreateCluster(ctx context.Context) (*lbv1.LoadBalancer, error) {
+	return l.createCluster(ctx, true)
+}
+
+// createCluster is CreateCluster; publish false makes the sample's LoadBalancer an additional
+// endpoint (spec.publishClusterEndpoint false), another one publishing the Cluster's.
+func (l *Lab) createCluster(ctx context.Context, publish bool) (*lbv1.LoadBalancer, error) {
 	lb, secrets, err := lab.SampleObjects(sampleFile(l.opts.Backend), l.Namespace)
 	if err != nil {
 		return nil, err
+	}
+	if !publish {
+		lb.Spec.PublishClusterEndpoint = ptr(false)
 	}
 	drain := lbv1.Duration{Duration: labDrainPeriod}
 	lb.Spec.Quiesce.DrainPeriod = &drain

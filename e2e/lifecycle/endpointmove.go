@@ -184,7 +184,6 @@ func writingStep(s lbv1.EndpointMoveStep) bool {
 // clusters themselves.
 func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr) error {
 	l := s.Lab
-	e2URL := "https://" + e2Endpoint()
 	var errs []error
 	cluster := &clusterv1.Cluster{}
 	if err := l.Mgmt.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.ClusterName}, cluster); err != nil {
@@ -210,12 +209,33 @@ func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr
 	if st := newLB.Status.EndpointMove; st == nil || !slices.Equal(sorted(st.MachinesBeforeSwitch), sorted(s.life.members)) {
 		errs = append(errs, fmt.Errorf("status.endpointMove.machinesBeforeSwitch is not %v: %+v", s.life.members, st))
 	}
-	// cluster-info: E2, and signed again for the bootstrap token (the move drops the old
-	// signatures; kube-controller-manager's bootstrap signer signs the new content).
+	return errors.Join(append(errs, s.Lab.checkEndpointCopies(ctx, e1, netip.AddrPortFrom(extLBAddr, apiPort)))...)
+}
+
+// checkEndpointCopies checks, read back from both clusters, every copy of the endpoint a
+// kubeadm cluster keeps: cluster-info names e2 and is signed again for the bootstrap token (a
+// move drops the old signatures; kube-controller-manager's bootstrap signer signs the new
+// content), kubeadm-config's controlPlaneEndpoint is e2 with e1 among its certSANs, kube-proxy's
+// kubeconfig and the kubeconfig Secret name e2 (its tls-server-name too, when it has one), and a
+// new connection from that Secret — what CAPI's ClusterCache makes when it reconnects — reads
+// the workload cluster.
+func (l *Lab) checkEndpointCopies(ctx context.Context, e1 netip.Addr, e2 netip.AddrPort) error {
+	e2URL := "https://" + e2.String()
+	var errs []error
+	// Read through E2 with kubeadm's admin.conf (E1 may be gone: a member that left).
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(l.real.admin)
+	if err != nil {
+		return err
+	}
+	cfg.Host, cfg.Timeout = e2URL, 10*time.Second
+	wc, err := client.New(cfg, client.Options{Scheme: l.Mgmt.Scheme})
+	if err != nil {
+		return err
+	}
 	tokenID := strings.Split(l.real.cluster.BootstrapToken, ".")[0]
 	ci := &corev1.ConfigMap{}
 	if err := harness.Poll(ctx, time.Minute, "cluster-info signed again", func(ctx context.Context) (bool, string, error) {
-		if err := l.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-public", Name: "cluster-info"}, ci); err != nil {
+		if err := wc.Get(ctx, client.ObjectKey{Namespace: "kube-public", Name: "cluster-info"}, ci); err != nil {
 			return false, "", err
 		}
 		_, signed := ci.Data["jws-kubeconfig-"+tokenID]
@@ -227,7 +247,7 @@ func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr
 		errs = append(errs, fmt.Errorf("cluster-info names %q", srv))
 	}
 	kc := &corev1.ConfigMap{}
-	if err := l.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, kc); err != nil {
+	if err := wc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kubeadm-config"}, kc); err != nil {
 		return err
 	}
 	var cc struct {
@@ -239,12 +259,12 @@ func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr
 	if err := yaml.Unmarshal([]byte(kc.Data["ClusterConfiguration"]), &cc); err != nil {
 		return fmt.Errorf("kubeadm-config: %w", err)
 	}
-	if cc.ControlPlaneEndpoint != e2Endpoint() || !slices.Contains(cc.APIServer.CertSANs, e1.String()) {
+	if cc.ControlPlaneEndpoint != e2.String() || !slices.Contains(cc.APIServer.CertSANs, e1.String()) {
 		errs = append(errs, fmt.Errorf("kubeadm-config: controlPlaneEndpoint %q, certSANs %v (want E2, and E1 among the SANs)",
 			cc.ControlPlaneEndpoint, cc.APIServer.CertSANs))
 	}
 	kp := &corev1.ConfigMap{}
-	if err := l.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-proxy"}, kp); err != nil {
+	if err := wc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-proxy"}, kp); err != nil {
 		return err
 	}
 	if srv := kubeconfigServer(kp.Data["kubeconfig.conf"]); srv != e2URL {
@@ -258,7 +278,7 @@ func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr
 	}
 	if srv := kubeconfigServer(string(sec.Data["value"])); srv != e2URL {
 		errs = append(errs, fmt.Errorf("the %s-kubeconfig Secret names %q", l.ClusterName, srv))
-	} else if name := kubeconfigTLSName(string(sec.Data["value"])); name != "" && name != extLBAddr.String() {
+	} else if name := kubeconfigTLSName(string(sec.Data["value"])); name != "" && name != e2.Addr().String() {
 		// The lab's Secret verifies the server by name (tls-server-name): it must follow.
 		errs = append(errs, fmt.Errorf("the %s-kubeconfig Secret verifies E2 as %q", l.ClusterName, name))
 	} else if cfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"]); err != nil {

@@ -71,3 +71,47 @@ func TestEndpointMoveReal(t *testing.T) {
 	g.Expect(e1.LeaderLosses).To(BeZero(), "the leader-elected loop on E1 kept its Lease")
 	g.Expect(e2.LeaderLosses).To(BeZero(), "the leader-elected loop on E2 kept its Lease")
 }
+
+// TestEndpointMoveRealMemberLeaves: a cluster whose endpoint is its first machine's address (a
+// static LoadBalancer, onPublishedMemberLeave MoveEndpoint) loses that machine; caplb moves the
+// Cluster to the next member's address before the machine is drained (its pre-drain hook holds
+// while the Cluster names it), with client-go on the new address throughout; a new Machine then
+// joins through it with kubeadm's discovery, and CAPI finds its Node through the moved
+// kubeconfig Secret.
+func TestEndpointMoveRealMemberLeaves(t *testing.T) {
+	skipUnlessReal(t)
+	lab.SkipUnlessRoot(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	l, err := Start(ctx, Options{Backend: ARP, Binaries: bins, Name: "lcmmove", APIServer: Real, EndpointMove: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() {
+		if d := os.Getenv("CAPLB_LIFECYCLE_LOG_DIR"); d != "" {
+			_ = l.SaveLogs(filepath.Join(d, "lcmmove"))
+		}
+		if t.Failed() {
+			t.Log(l.LogTail(40))
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("closing the lab: %v", err)
+		}
+	}()
+	s := &MemberMoveScenario{Lab: l, Log: func(s string) { t.Logf("%s ==> %s", time.Now().UTC().Format("15:04:05.000"), s) }}
+	err = s.Run(ctx)
+	if s.E2 != nil {
+		t.Logf("client-go through the new endpoint: %+v", *s.E2)
+	}
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Violations).To(BeEmpty(), "the leaving Machine's hook held while the Cluster named its address")
+	g.Expect(s.Steps).To(ContainElements("ClusterInfo", "KubeadmConfig", "KubeProxy", "KubeconfigSecret", "ClusterEndpoint", "Done"))
+	g.Expect(s.Steps).NotTo(ContainElement("ReleaseOld"), "a member move has no other LoadBalancer to release")
+	g.Expect(s.Steps).NotTo(ContainElement("Publish"), "nor a publisher to flip")
+	e2 := s.E2
+	g.Expect(e2).NotTo(BeNil())
+	g.Expect(e2.Writes).To(BeNumerically(">", 100), "the writer on the new endpoint ran throughout")
+	g.Expect(e2.FailedWrites).To(BeZero(), "no write through the new endpoint failed: %s", e2.FirstFailure)
+	g.Expect(e2.LostEvents).To(BeZero())
+	g.Expect(e2.StoreMatches).To(BeTrue())
+	g.Expect(e2.LeaderLosses).To(BeZero())
+}

@@ -135,7 +135,7 @@ func (t *topology) addNode(ns *lab.Netns, index int) (netip.Addr, error) {
 	if index < 1 || index > 80 {
 		return netip.Addr{}, fmt.Errorf("machine index %d out of the lab's range 1-80", index)
 	}
-	addr := netip.AddrFrom4([4]byte{10, 44, 0, byte(10 + index)})
+	addr := nodeAddr(index)
 	if err := t.attach(ns, "p-m"+strconv.Itoa(index)); err != nil {
 		return addr, err
 	}
@@ -149,6 +149,10 @@ func (t *topology) addNode(ns *lab.Netns, index int) (netip.Addr, error) {
 	}
 	return addr, nil
 }
+
+// nodeAddr is the index-th machine's address: known before the machine exists, as a
+// pre-addressed cluster's are.
+func nodeAddr(index int) netip.Addr { return netip.AddrFrom4([4]byte{10, 44, 0, byte(10 + index)}) }
 
 // poolFirst is the first address of the VIP pool the lab's IPAM serves.
 func (t *topology) poolFirst() netip.Addr {
