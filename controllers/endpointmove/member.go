@@ -58,19 +58,7 @@ func nextMemberMove(o Observed, d Decision, refuse func(string, ...any) Decision
 		d.Condition = cond(metav1.ConditionTrue, lbv1.SwitchedReason, switchedMessage(st, true))
 		return d
 	}
-	switch {
-	case before(st.Step, lbv1.MoveStepClusterEndpoint) && o.ClusterEndpoint != st.OldEndpoint:
-		return refuse("Cluster's spec.controlPlaneEndpoint changed to %s during the move (expected %s until step %s); "+
-			"caplb stops rather than fight another writer (a GitOps tool holding the Cluster?)", hp(o.ClusterEndpoint), hp(st.OldEndpoint), lbv1.MoveStepClusterEndpoint)
-	case st.Step == lbv1.MoveStepClusterEndpoint && o.ClusterEndpoint != st.OldEndpoint && o.ClusterEndpoint != st.NewEndpoint:
-		return refuse("Cluster's spec.controlPlaneEndpoint is %s, neither %s nor %s; caplb stops", hp(o.ClusterEndpoint), hp(st.OldEndpoint), hp(st.NewEndpoint))
-	}
-	if st.Step == lbv1.MoveStepClusterEndpoint && st.MachinesBeforeSwitch == nil {
-		st.MachinesBeforeSwitch = slices.Sorted(slices.Values(o.Machines))
-	}
-	d.Do = st.Step
-	d.Condition = cond(metav1.ConditionFalse, lbv1.SwitchingReason, switchingMessage(st))
-	return d
+	return rewrite(o, d, refuse)
 }
 
 // AdvanceMember is Advance for a member move: the steps it passes without a write are skipped,

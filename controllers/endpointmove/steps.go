@@ -172,16 +172,23 @@ func Next(o Observed) Decision {
 		st.Step = lbv1.MoveStepClusterInfo
 	}
 
-	// From here on every step writes: check that the Cluster is where the step expects it.
+	if st.Step == lbv1.MoveStepPublish && o.ClusterEndpoint != st.NewEndpoint {
+		return refuse("Cluster's spec.controlPlaneEndpoint went back to %s after caplb set %s (a GitOps tool holding the Cluster?): "+
+			"caplb stops; update the Cluster's source to %s", hp(o.ClusterEndpoint), hp(st.NewEndpoint), hp(st.NewEndpoint))
+	}
+	return rewrite(o, d, refuse)
+}
+
+// rewrite returns d with its writing step to do, once the Cluster is where that step expects it
+// (E1 until the Cluster is switched, E1 or E2 at the switch); it refuses otherwise.
+func rewrite(o Observed, d Decision, refuse func(string, ...any) Decision) Decision {
+	st := d.Status
 	switch {
 	case before(st.Step, lbv1.MoveStepClusterEndpoint) && o.ClusterEndpoint != st.OldEndpoint:
 		return refuse("Cluster's spec.controlPlaneEndpoint changed to %s during the move (expected %s until step %s); "+
 			"caplb stops rather than fight another writer (a GitOps tool holding the Cluster?)", hp(o.ClusterEndpoint), hp(st.OldEndpoint), lbv1.MoveStepClusterEndpoint)
 	case st.Step == lbv1.MoveStepClusterEndpoint && o.ClusterEndpoint != st.OldEndpoint && o.ClusterEndpoint != st.NewEndpoint:
 		return refuse("Cluster's spec.controlPlaneEndpoint is %s, neither %s nor %s; caplb stops", hp(o.ClusterEndpoint), hp(st.OldEndpoint), hp(st.NewEndpoint))
-	case st.Step == lbv1.MoveStepPublish && o.ClusterEndpoint != st.NewEndpoint:
-		return refuse("Cluster's spec.controlPlaneEndpoint went back to %s after caplb set %s (a GitOps tool holding the Cluster?): "+
-			"caplb stops; update the Cluster's source to %s", hp(o.ClusterEndpoint), hp(st.NewEndpoint), hp(st.NewEndpoint))
 	}
 	if st.Step == lbv1.MoveStepClusterEndpoint && st.MachinesBeforeSwitch == nil {
 		// Recorded before the Cluster is written: a Machine created after the write gets E2.

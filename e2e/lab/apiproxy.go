@@ -63,12 +63,14 @@ func (p *APIProxy) serve(dial func(ctx context.Context, network, addr string) (n
 			if err != nil {
 				return
 			}
-			go forward(c, dial, target)
+			go Forward(c, dial, target)
 		}
 	}()
 }
 
-func forward(c net.Conn, dial func(ctx context.Context, network, addr string) (net.Conn, error), target string) {
+// Forward dials target with dial and splices c and that connection until both sides closed;
+// it closes c.
+func Forward(c net.Conn, dial func(ctx context.Context, network, addr string) (net.Conn, error), target string) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	u, err := dial(ctx, "tcp", target)

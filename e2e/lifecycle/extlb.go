@@ -113,30 +113,12 @@ func (e *extLB) accept() {
 }
 
 func (e *extLB) forward(c net.Conn) {
-	defer c.Close()
 	b, ok := e.pick()
 	if !ok {
+		c.Close()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	u, err := e.ns.DialContext(ctx, "tcp", netip.AddrPortFrom(b, apiPort).String())
-	cancel()
-	if err != nil {
-		return
-	}
-	defer u.Close()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(u, c)
-	go cp(c, u)
-	<-done
-	<-done
+	lab.Forward(c, e.ns.DialContext, netip.AddrPortFrom(b, apiPort).String())
 }
 
 // Close stops the load balancer; open connections end with their peers.
