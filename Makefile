@@ -55,7 +55,7 @@ PARALLEL_TEST_PKGS := ./api/... ./cmd/... ./config/... ./controllers/... ./provi
 # make test runs their SOLO_TESTS last, one at a time, with nothing beside them; their other tests
 # (stand-in lifecycles, unit tests) run with the light labs.
 SOLO_TEST_PKGS := ./e2e/lab/kubeadm ./e2e/realcp ./e2e/lifecycle
-SOLO_TESTS := ^(TestKubeadmControlPlane|TestRealControlPlane|TestLifecycleReal(ARP|BGP)|TestKubeVIPTakeOverReal)$$
+SOLO_TESTS := ^(TestKubeadmControlPlane|TestRealControlPlane|TestLifecycleReal(ARP|BGP)|TestKubeVIPTakeOverReal|TestEndpointMoveReal(MemberLeaves)?)$$
 # Real control-plane labs make test leaves to a benchmark that runs the same lab (make test's time:
 # each boots six machines in about 3.5 minutes): the BGP kube-vip takeover runs in make bench-takeover.
 BENCH_ONLY_TESTS := ^TestKubeVIPTakeOverRealBGP$$

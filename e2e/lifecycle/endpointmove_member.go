@@ -43,9 +43,15 @@ type MemberMoveScenario struct {
 	Joined      string
 	// E2 is what client-go saw through the new endpoint.
 	E2 *clients.Result
+	// VIP is the second move's new endpoint (member address → VIP), VIPSteps its steps and
+	// VIPClients what client-go saw through it.
+	VIP        netip.Addr
+	VIPSteps   []string
+	VIPClients *clients.Result
 
-	life *Scenario
-	lb   string
+	life  *Scenario
+	lb    string
+	vipLB string
 }
 
 func (s *MemberMoveScenario) step(format string, args ...any) {
@@ -58,9 +64,11 @@ func (s *MemberMoveScenario) step(format string, args ...any) {
 func (s *MemberMoveScenario) Run(ctx context.Context) (err error) {
 	l := s.Lab
 	s.step("create the Cluster, its VIP LoadBalancer as an additional endpoint, and a static LoadBalancer publishing a member's address (onPublishedMemberLeave: MoveEndpoint)")
-	if _, err := l.createCluster(ctx, false); err != nil {
+	vipLB, err := l.createCluster(ctx, false)
+	if err != nil {
 		return err
 	}
+	s.vipLB = vipLB.Name
 	s.lb = l.ClusterName + "-edge"
 	drain := lbv1.Duration{Duration: labDrainPeriod}
 	edge := &lbv1.LoadBalancer{
@@ -102,6 +110,23 @@ func (s *MemberMoveScenario) Run(ctx context.Context) (err error) {
 		s.E2 = &res
 	}()
 	s.step("client-go on %s (%s's address, the next to publish)", e2, second)
+	// The VIP (an additional endpoint until the second move) has clients from here on too.
+	vipObj, err := l.LB(ctx, s.vipLB)
+	if err != nil {
+		return err
+	}
+	if s.VIP, err = netip.ParseAddr(vipObj.Status.Endpoint.Host); err != nil {
+		return fmt.Errorf("LoadBalancer %s's VIP %q: %w", s.vipLB, vipObj.Status.Endpoint.Host, err)
+	}
+	vipRun, err := l.startClientsAt(ctx, netip.AddrPortFrom(s.VIP, apiPort).String(), "member-clients-vip")
+	if err != nil {
+		return fmt.Errorf("client-go on the VIP: %w", err)
+	}
+	defer func() {
+		res := vipRun.Stop(30 * time.Second)
+		s.VIPClients = &res
+	}()
+	s.step("client-go on the VIP %s too", s.VIP)
 
 	if err := s.deleteWatched(ctx, first); err != nil {
 		return err
@@ -133,6 +158,60 @@ func (s *MemberMoveScenario) Run(ctx context.Context) (err error) {
 		return err
 	}
 	s.step("%s joined through %s with kubeadm's discovery; CAPI set its nodeRef through the moved kubeconfig", s.Joined, e2)
+	return s.moveToVIP(ctx)
+}
+
+// moveToVIP is the second move, member address → VIP: the VIP LoadBalancer, an additional
+// endpoint whose agents run on the machines since they booted, takes the Cluster over from the
+// static one (spec.takeOverEndpointFrom), with client-go on both (since before the first move).
+func (s *MemberMoveScenario) moveToVIP(ctx context.Context) error {
+	l := s.Lab
+	lb, err := l.LB(ctx, s.vipLB)
+	if err != nil {
+		return err
+	}
+	vip := s.VIP
+	ep := netip.AddrPortFrom(vip, apiPort)
+	orig := lb.DeepCopy()
+	lb.Spec.TakeOverEndpointFrom = &lbv1.EndpointTakeOver{Name: s.lb}
+	if err := l.Mgmt.Client.Patch(ctx, lb, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("setting %s spec.takeOverEndpointFrom: %w", s.vipLB, err)
+	}
+	s.step("LoadBalancer %s (the VIP %s) takes the endpoint over from %s", s.vipLB, ep, s.lb)
+	if err := harness.Poll(ctx, moveDoneTimeout, "EndpointMove Switched on "+s.vipLB, func(ctx context.Context) (bool, string, error) {
+		cur, err := l.LB(ctx, s.vipLB)
+		if err != nil {
+			return false, "", err
+		}
+		if st := cur.Status.EndpointMove; st != nil && st.Step != "" && (len(s.VIPSteps) == 0 || s.VIPSteps[len(s.VIPSteps)-1] != string(st.Step)) {
+			s.VIPSteps = append(s.VIPSteps, string(st.Step))
+			s.step("endpoint move to the VIP: step %s", st.Step)
+		}
+		c := meta.FindStatusCondition(cur.Status.Conditions, lbv1.EndpointMoveCondition)
+		if c == nil {
+			return false, "no EndpointMove condition", nil
+		}
+		if c.Reason == lbv1.EndpointMoveRefusedReason {
+			return false, "", errors.New("the move was refused: " + c.Message)
+		}
+		return c.Reason == lbv1.SwitchedReason, c.Reason + ": " + c.Message, nil
+	}); err != nil {
+		return err
+	}
+	if err := s.waitClusterEndpoint(ctx, vip); err != nil {
+		return err
+	}
+	if err := l.checkEndpointCopies(ctx, s.Next, ep); err != nil {
+		return err
+	}
+	edge, err := l.LB(ctx, s.lb)
+	if err != nil {
+		return err
+	}
+	if edge.Spec.PublishesClusterEndpoint() {
+		return fmt.Errorf("LoadBalancer %s still publishes after the move to the VIP", s.lb)
+	}
+	s.step("the Cluster is on the VIP %s; every copy of the endpoint names it", ep)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lifecycle/observe"
+	"github.com/caplb/caplb/e2e/lifecycle/observe/clients"
 )
 
 // TestEndpointMoveReal moves a live kubeadm-made cluster from its ARP VIP (E1) to an external
@@ -47,8 +48,9 @@ func TestEndpointMoveReal(t *testing.T) {
 		t.Logf("client-go through E2: %+v", *s.E2)
 	}
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s.Steps).To(ContainElements("ClusterInfo", "KubeadmConfig", "KubeProxy", "KubeconfigSecret", "ReleaseOld",
-		"ClusterEndpoint", "Publish"), "the move walked its steps")
+	// The steps are sampled every 100 ms (one may pass unseen); what each wrote is checked
+	// from the clusters themselves (checkRewritten).
+	g.Expect(s.Steps).To(ContainElement("Done"), "the move finished")
 	g.Expect(s.CrashedAt).NotTo(BeEmpty(), "the manager was killed in the middle of the move, and a new one finished it")
 	var failed []observe.Sample
 	for _, f := range obs.Failures {
@@ -77,7 +79,8 @@ func TestEndpointMoveReal(t *testing.T) {
 // Cluster to the next member's address before the machine is drained (its pre-drain hook holds
 // while the Cluster names it), with client-go on the new address throughout; a new Machine then
 // joins through it with kubeadm's discovery, and CAPI finds its Node through the moved
-// kubeconfig Secret.
+// kubeconfig Secret. Then member address → VIP: the VIP LoadBalancer beside it (an additional
+// endpoint until then) takes the endpoint over, with client-go on both.
 func TestEndpointMoveRealMemberLeaves(t *testing.T) {
 	skipUnlessReal(t)
 	lab.SkipUnlessRoot(t)
@@ -102,16 +105,21 @@ func TestEndpointMoveRealMemberLeaves(t *testing.T) {
 	if s.E2 != nil {
 		t.Logf("client-go through the new endpoint: %+v", *s.E2)
 	}
+	if s.VIPClients != nil {
+		t.Logf("client-go through the VIP: %+v", *s.VIPClients)
+	}
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.Violations).To(BeEmpty(), "the leaving Machine's hook held while the Cluster named its address")
-	g.Expect(s.Steps).To(ContainElements("ClusterInfo", "KubeadmConfig", "KubeProxy", "KubeconfigSecret", "ClusterEndpoint", "Done"))
+	g.Expect(s.Steps).To(ContainElement("Done"), "the member move finished (what it wrote is checked from the clusters)")
 	g.Expect(s.Steps).NotTo(ContainElement("ReleaseOld"), "a member move has no other LoadBalancer to release")
 	g.Expect(s.Steps).NotTo(ContainElement("Publish"), "nor a publisher to flip")
-	e2 := s.E2
-	g.Expect(e2).NotTo(BeNil())
-	g.Expect(e2.Writes).To(BeNumerically(">", 100), "the writer on the new endpoint ran throughout")
-	g.Expect(e2.FailedWrites).To(BeZero(), "no write through the new endpoint failed: %s", e2.FirstFailure)
-	g.Expect(e2.LostEvents).To(BeZero())
-	g.Expect(e2.StoreMatches).To(BeTrue())
-	g.Expect(e2.LeaderLosses).To(BeZero())
+	g.Expect(s.VIPSteps).To(ContainElement("Done"), "then member address → VIP, a takeover")
+	for name, c := range map[string]*clients.Result{"the new member's address": s.E2, "the VIP": s.VIPClients} {
+		g.Expect(c).NotTo(BeNil(), "client-go on %s", name)
+		g.Expect(c.Writes).To(BeNumerically(">", 50), "the writer on %s ran throughout", name)
+		g.Expect(c.FailedWrites).To(BeZero(), "no write through %s failed: %s", name, c.FirstFailure)
+		g.Expect(c.LostEvents).To(BeZero(), "no event lost on %s", name)
+		g.Expect(c.StoreMatches).To(BeTrue(), "the informer's store on %s ends at the writer's last state", name)
+		g.Expect(c.LeaderLosses).To(BeZero(), "no leader loss on %s", name)
+	}
 }

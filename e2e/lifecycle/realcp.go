@@ -93,7 +93,10 @@ func (r *realCP) prepareEndpointMove() error {
 		return fmt.Errorf("the endpoint-move lab needs kube-controller-manager in %s: run `make testbin` (%w)", bin, err)
 	}
 	r.cluster.ControllerManagerArgs = []kubeadm.Arg{{Name: "controllers", Value: "bootstrapsigner,tokencleaner"}}
-	r.cluster.CertSANs = []string{extLBAddr.String()}
+	// The external load balancer's address and the first VIP of the pool: both endpoints a
+	// cluster of this lab moves to are in every certificate, as a user planning the move puts
+	// them in KubeadmControlPlane's certSANs.
+	r.cluster.CertSANs = []string{extLBAddr.String(), arpPoolFirst.String()}
 	r.discovery = true
 	return nil
 }
