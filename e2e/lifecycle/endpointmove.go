@@ -93,6 +93,9 @@ func (s *EndpointMoveScenario) Run(ctx context.Context) (Report, error) {
 	}
 	s.step("client-go on E2 (the external load balancer, %s) beside E1 (the VIP, %s)", e2Endpoint(), e1)
 
+	if err := s.refusedForSANs(ctx); err != nil {
+		return rep, err
+	}
 	s.newLB = l.ClusterName + "-elb"
 	lb := &lbv1.LoadBalancer{
 		ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: s.newLB},
@@ -125,6 +128,78 @@ func (s *EndpointMoveScenario) Run(ctx context.Context) (Report, error) {
 	}
 	s.step("%s joined through E2 with kubeadm's discovery: its admin.conf names E2, its certificate both endpoints", s.Joined)
 	return rep, nil
+}
+
+// refusedForSANs starts a move to an endpoint no serving certificate carries (a host the
+// members were never told about) and checks that it waits at CertSANs naming every member with
+// its TLS error, rewriting nothing; removing spec.takeOverEndpointFrom aborts it (the rollback
+// before any rewrite), and the LoadBalancer is deleted.
+func (s *EndpointMoveScenario) refusedForSANs(ctx context.Context) error {
+	l := s.Lab
+	name := l.ClusterName + "-unsigned"
+	lb := &lbv1.LoadBalancer{
+		ObjectMeta: metav1.ObjectMeta{Namespace: l.Namespace, Name: name},
+		Spec: lbv1.LoadBalancerSpec{
+			ClusterName:            l.ClusterName,
+			PublishClusterEndpoint: ptr(false),
+			TakeOverEndpointFrom:   &lbv1.EndpointTakeOver{Name: s.life.lbName},
+			Endpoint:               lbv1.APIEndpoint{Host: unsignedAddr.String()},
+			Backend:                lbv1.Backend{Static: &lbv1.StaticBackend{}},
+			// Nothing listens there: Ready without a probe, so that the move reaches its gate.
+			HealthCheck: lbv1.HealthCheck{Disabled: true},
+		},
+	}
+	if err := l.Mgmt.Client.Create(ctx, lb); err != nil {
+		return fmt.Errorf("creating LoadBalancer %s: %w", name, err)
+	}
+	s.step("LoadBalancer %s created: endpoint.host %s, which no serving certificate carries", name, unsignedAddr)
+	var msg string
+	if err := harness.Poll(ctx, moveDoneTimeout, name+" waiting for certSANs", func(ctx context.Context) (bool, string, error) {
+		cur, err := l.LB(ctx, name)
+		if err != nil {
+			return false, "", err
+		}
+		c := meta.FindStatusCondition(cur.Status.Conditions, lbv1.EndpointMoveCondition)
+		if c == nil {
+			return false, "no EndpointMove condition", nil
+		}
+		msg = c.Message
+		return c.Reason == lbv1.WaitingForCertSANsReason && strings.Count(c.Message, "x509") >= len(s.life.members), c.Reason + ": " + c.Message, nil
+	}); err != nil {
+		return err
+	}
+	s.step("it waits: %s", msg)
+	cur, err := l.LB(ctx, name)
+	if err != nil {
+		return err
+	}
+	orig := cur.DeepCopy()
+	cur.Spec.TakeOverEndpointFrom = nil
+	if err := l.Mgmt.Client.Patch(ctx, cur, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("aborting the move of %s: %w", name, err)
+	}
+	if err := harness.Poll(ctx, moveTimeout, name+"'s move aborted", func(ctx context.Context) (bool, string, error) {
+		cur, err := l.LB(ctx, name)
+		if err != nil {
+			return false, "", err
+		}
+		c := meta.FindStatusCondition(cur.Status.Conditions, lbv1.EndpointMoveCondition)
+		return c == nil && cur.Status.EndpointMove == nil, fmt.Sprintf("%+v", c), nil
+	}); err != nil {
+		return err
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := l.Mgmt.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.ClusterName}, cluster); err != nil {
+		return err
+	}
+	if cluster.Spec.ControlPlaneEndpoint.Host != l.vip.String() {
+		return fmt.Errorf("the aborted move changed the Cluster's endpoint to %s", cluster.Spec.ControlPlaneEndpoint.Host)
+	}
+	if err := l.Mgmt.Client.Delete(ctx, cur); err != nil {
+		return err
+	}
+	s.step("spec.takeOverEndpointFrom removed: the move aborted before any rewrite; %s deleted", name)
+	return l.Mgmt.WaitGone(ctx, cur, goneTimeout)
 }
 
 // waitE2Serving waits until the external load balancer forwards to a ready API server whose

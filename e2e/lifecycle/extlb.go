@@ -25,6 +25,8 @@ import (
 var (
 	extLBAddr = netip.MustParseAddr("10.44.0.4")
 	mgmtAddr  = netip.MustParseAddr("10.44.0.254")
+	// unsignedAddr is an endpoint no machine's certificate carries (the move to it must wait).
+	unsignedAddr = netip.MustParseAddr("10.44.0.5")
 )
 
 // extLB is a TCP load balancer in a namespace of its own, in front of the machines' API
