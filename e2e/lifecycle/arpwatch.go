@@ -68,7 +68,14 @@ func (l *Lab) WatchARP(ctx context.Context) (func() []observe.HolderSample, erro
 		for {
 			p, _, err := c.Read()
 			if err != nil {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				var sock *net.OpError
+				if errors.As(err, &sock) {
+					// The socket failed: every next Read would too. Its rounds from here on
+					// hear nobody, and the goals judge a silent wire as a miss.
+					l.net.Logf("arpwatch", "the ARP watcher stopped reading: %v", err)
 					return
 				}
 				continue // a malformed frame
