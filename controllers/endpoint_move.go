@@ -103,7 +103,11 @@ func (r *LoadBalancerReconciler) reconcileEndpointMove(ctx context.Context, s *s
 	}
 	lb.Status.EndpointMove = advance(d.Status, d.Do, metav1.NewTime(r.now()))
 	if lb.Status.EndpointMove.Step == lbv1.MoveStepDone {
-		o.Status = lb.Status.EndpointMove
+		// As the Publish write left the spec (in memory, patched at the end of the reconcile).
+		o.Status, o.Publishes, o.From = lb.Status.EndpointMove, lb.Spec.PublishesClusterEndpoint(), ""
+		if t := lb.Spec.TakeOverEndpointFrom; t != nil {
+			o.From = t.Name
+		}
 		if done := endpointmove.Next(o); done.Condition != nil {
 			conditions.Set(lb, *done.Condition)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
+	"github.com/caplb/caplb/controllers/endpointmove"
 )
 
 // fakeCerts answers the serving-certificate check from a set of members that fail it.
@@ -295,4 +297,60 @@ func TestEndpointMoveAddsCertSANs(t *testing.T) {
 	rv := got.GetResourceVersion()
 	g.Expect(h.c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "prod-cp"}, got)).To(Succeed())
 	g.Expect(got.GetResourceVersion()).To(Equal(rv), "nothing more to add")
+}
+
+// TestEndpointMoveRestartsKubeProxy: with restartKubeProxy the KubeProxy step also sets the
+// kube-proxy DaemonSet's pod-template annotation to E2 (its Pods restart onto the rewritten
+// ConfigMap), once: the step repeated writes nothing; without the DaemonSet there is nothing to
+// restart; without the field the DaemonSet is left alone.
+func TestEndpointMoveRestartsKubeProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		restart  bool
+		withDS   bool
+		wantAnno string
+	}{
+		{"restartKubeProxy", true, true, "api.prod.example.com:443"},
+		{"restartKubeProxy without a kube-proxy DaemonSet", true, false, ""},
+		{"off by default", false, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, wl, certs := moveFixture(t)
+			g := h.g
+			ctx := context.Background()
+			certs.failing = nil
+			lb := h.lb("new")
+			lb.Spec.TakeOverEndpointFrom.RestartKubeProxy = tc.restart
+			g.Expect(h.c.Update(ctx, lb)).To(Succeed())
+			labels := map[string]string{"k8s-app": "kube-proxy"}
+			if tc.withDS {
+				g.Expect(wl.Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy"},
+					Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+						Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}}}})).To(Succeed())
+			}
+			for range 12 {
+				h.reconcile("new")
+				if st := h.lb("new").Status.EndpointMove; st != nil && st.Step == lbv1.MoveStepDone {
+					break
+				}
+			}
+			g.Expect(h.lb("new").Status.EndpointMove.Step).To(Equal(lbv1.MoveStepDone))
+			if !tc.withDS {
+				return
+			}
+			ds := &appsv1.DaemonSet{}
+			g.Expect(wl.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-proxy"}, ds)).To(Succeed())
+			g.Expect(ds.Spec.Template.Annotations[lbv1.KubeProxyEndpointAnnotation]).To(Equal(tc.wantAnno))
+			// The step again (a manager restarted after its write): nothing written twice.
+			m := endpointmove.Move{Old: lbv1.APIEndpoint{Host: "10.0.0.10", Port: 6443}, New: lbv1.APIEndpoint{Host: "api.prod.example.com", Port: 443}}
+			rv := ds.ResourceVersion
+			cur := h.lb("new")
+			cur.Spec.TakeOverEndpointFrom = &lbv1.EndpointTakeOver{Name: "old", RestartKubeProxy: tc.restart}
+			cur.Status.EndpointMove = &lbv1.EndpointMoveStatus{From: "old", Step: lbv1.MoveStepKubeProxy}
+			_, err := h.r.doMoveStep(ctx, &scope{lb: cur, cluster: h.cluster("prod")}, m, lbv1.MoveStepKubeProxy)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(wl.Get(ctx, client.ObjectKeyFromObject(ds), ds)).To(Succeed())
+			g.Expect(ds.ResourceVersion).To(Equal(rv))
+		})
+	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
@@ -27,7 +30,12 @@ func (r *LoadBalancerReconciler) doMoveStep(ctx context.Context, s *scope, m end
 	case lbv1.MoveStepKubeadmConfig:
 		return r.rewriteWorkloadConfigMap(ctx, s, endpointmove.KubeadmConfigNamespace, endpointmove.KubeadmConfigName, m.RewriteKubeadmConfig)
 	case lbv1.MoveStepKubeProxy:
-		return r.rewriteWorkloadConfigMap(ctx, s, endpointmove.KubeProxyNamespace, endpointmove.KubeProxyName, m.RewriteKubeProxy)
+		changed, err := r.rewriteWorkloadConfigMap(ctx, s, endpointmove.KubeProxyNamespace, endpointmove.KubeProxyName, m.RewriteKubeProxy)
+		if err != nil || lb.Spec.TakeOverEndpointFrom == nil || !lb.Spec.TakeOverEndpointFrom.RestartKubeProxy {
+			return changed, err
+		}
+		restarted, err := r.restartKubeProxy(ctx, s, m)
+		return changed || restarted, err
 	case lbv1.MoveStepKubeconfigSecret:
 		sec := &corev1.Secret{}
 		key := client.ObjectKey{Namespace: lb.Namespace, Name: lb.Spec.ClusterName + "-kubeconfig"}
@@ -64,6 +72,38 @@ func (r *LoadBalancerReconciler) doMoveStep(ctx context.Context, s *scope, m end
 		return publishFlip(lb), nil
 	}
 	return false, fmt.Errorf("no write for step %q", step)
+}
+
+// restartKubeProxy sets the kube-proxy DaemonSet's pod-template annotation to E2 (restartKubeProxy):
+// its Pods restart onto the rewritten ConfigMap. A DaemonSet that already names E2 is left alone,
+// so the step repeated after a restart restarts nothing twice; a cluster without the DaemonSet
+// (kube-proxy replaced by a CNI) has nothing to restart.
+func (r *LoadBalancerReconciler) restartKubeProxy(ctx context.Context, s *scope, m endpointmove.Move) (bool, error) {
+	wc, err := r.ClusterCache.GetClient(ctx, client.ObjectKeyFromObject(s.cluster))
+	if err != nil {
+		return false, fmt.Errorf("reaching workload cluster %s: %w", s.cluster.Name, err)
+	}
+	ds := &appsv1.DaemonSet{}
+	key := client.ObjectKey{Namespace: endpointmove.KubeProxyNamespace, Name: endpointmove.KubeProxyName}
+	if err := wc.Get(ctx, key, ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading DaemonSet %s of workload cluster %s: %w", key, s.cluster.Name, err)
+	}
+	want := net.JoinHostPort(m.New.Host, strconv.Itoa(int(m.New.Port)))
+	if ds.Spec.Template.Annotations[lbv1.KubeProxyEndpointAnnotation] == want {
+		return false, nil
+	}
+	orig := ds.DeepCopy()
+	if ds.Spec.Template.Annotations == nil {
+		ds.Spec.Template.Annotations = map[string]string{}
+	}
+	ds.Spec.Template.Annotations[lbv1.KubeProxyEndpointAnnotation] = want
+	if err := wc.Patch(ctx, ds, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("restarting DaemonSet %s of workload cluster %s: %w", key, s.cluster.Name, err)
+	}
+	return true, nil
 }
 
 // rewriteWorkloadConfigMap reads a ConfigMap of the workload cluster (live: the ClusterCache

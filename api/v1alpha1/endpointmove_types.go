@@ -28,7 +28,20 @@ type EndpointTakeOver struct {
 	// +optional
 	// +kubebuilder:validation:Enum=Report;AddToControlPlane
 	CertSANs CertSANsPolicy `json:"certSANs,omitempty"`
+
+	// restartKubeProxy: once the kube-proxy ConfigMap names the new endpoint, caplb restarts
+	// the kube-system/kube-proxy DaemonSet (its Pods read the ConfigMap only when they start)
+	// by setting the pod-template annotation
+	// loadbalancer.cluster.x-k8s.io/endpoint to the new endpoint, as `kubectl rollout restart`
+	// sets one. Off by default: a restart interrupts Service routing on each node for a moment.
+	// +optional
+	RestartKubeProxy bool `json:"restartKubeProxy,omitempty"`
 }
+
+// KubeProxyEndpointAnnotation is the kube-proxy DaemonSet's pod-template annotation an endpoint
+// move with restartKubeProxy sets to the new endpoint (host:port): the change rolls its Pods onto
+// the rewritten ConfigMap, and setting it again to the same value changes nothing.
+const KubeProxyEndpointAnnotation = "loadbalancer.cluster.x-k8s.io/endpoint"
 
 // CertSANsPolicy says whether caplb edits the control plane's certSANs during an endpoint move.
 type CertSANsPolicy string

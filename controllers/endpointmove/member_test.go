@@ -105,3 +105,19 @@ func TestMemberMoveWalk(t *testing.T) {
 	g.Expect(o.Status.MachinesBeforeSwitch).To(Equal([]string{"cp-b", "cp-c"}))
 	g.Expect(o.Status.SwitchedAt).NotTo(BeNil())
 }
+
+// TestNextNewTakeOverAfterADoneMove: a LoadBalancer keeps a finished move as its record; when it
+// is asked to take an endpoint over again (it no longer publishes, spec.takeOverEndpointFrom set),
+// the record does not stop the new move.
+func TestNextNewTakeOverAfterADoneMove(t *testing.T) {
+	g := NewWithT(t)
+	o := observed(func(o *Observed) {
+		o.Status = &lbv1.EndpointMoveStatus{From: "older", OldEndpoint: memberA, NewEndpoint: e1, Step: lbv1.MoveStepDone}
+	})
+	d := Next(o)
+	g.Expect(d.Status.From).To(Equal("old"))
+	g.Expect(d.Do).To(Equal(lbv1.MoveStepClusterInfo))
+	// While it publishes, the record stays a record.
+	o.Publishes, o.From = true, ""
+	g.Expect(Next(o).Condition.Reason).To(Equal(lbv1.SwitchedReason))
+}

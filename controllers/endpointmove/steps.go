@@ -95,6 +95,12 @@ type Decision struct {
 // done with Advance, so a step is never skipped and never returns once passed.
 func Next(o Observed) Decision {
 	st := o.Status
+	if st != nil && st.Step == lbv1.MoveStepDone && o.From != "" && o.From != st.From && !o.Publishes {
+		// A finished move is a record; a takeover from another LoadBalancer asked for since (the
+		// field set again on a LoadBalancer that does not publish) is a new move. The same name
+		// is the finished move's own field, left by a Publish patch that failed.
+		st = nil
+	}
 	if st == nil {
 		if o.From == "" {
 			return Decision{}

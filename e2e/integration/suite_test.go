@@ -70,6 +70,7 @@ func TestIntegration(t *testing.T) {
 			{"SeveralLoadBalancersPerCluster", testSeveralLoadBalancers},
 			{"PublisherAdmission", testPublisherAdmission},
 			{"TakeOverAdmission", testTakeOverAdmission},
+			{"EndpointMoveWorkloadRBAC", testEndpointMoveWorkloadRBAC},
 			{"DisableEnableMember", testDisableEnable},
 			{"DeleteMemberThroughHook", testDeleteMember},
 			{"DeleteLoadBalancerMidFlow", testDeleteLBMidFlow},

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,7 +103,7 @@ func (s *EndpointMoveScenario) Run(ctx context.Context) (Report, error) {
 		Spec: lbv1.LoadBalancerSpec{
 			ClusterName:            l.ClusterName,
 			PublishClusterEndpoint: ptr(false),
-			TakeOverEndpointFrom:   &lbv1.EndpointTakeOver{Name: s.life.lbName},
+			TakeOverEndpointFrom:   &lbv1.EndpointTakeOver{Name: s.life.lbName, RestartKubeProxy: true},
 			Endpoint:               lbv1.APIEndpoint{Host: extLBAddr.String()},
 			Backend:                lbv1.Backend{Static: &lbv1.StaticBackend{}},
 		},
@@ -283,6 +284,14 @@ func (s *EndpointMoveScenario) checkRewritten(ctx context.Context, e1 netip.Addr
 	}
 	if st := newLB.Status.EndpointMove; st == nil || !slices.Equal(sorted(st.MachinesBeforeSwitch), sorted(s.life.members)) {
 		errs = append(errs, fmt.Errorf("status.endpointMove.machinesBeforeSwitch is not %v: %+v", s.life.members, st))
+	}
+	// restartKubeProxy: kubeadm's kube-proxy DaemonSet (its addon phase made it) names E2 in its
+	// pod template, which restarts its Pods (no DaemonSet controller runs in the lab to do it).
+	ds := &appsv1.DaemonSet{}
+	if err := l.WorkloadClient.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-proxy"}, ds); err != nil {
+		errs = append(errs, fmt.Errorf("kube-proxy DaemonSet: %w", err))
+	} else if got := ds.Spec.Template.Annotations[lbv1.KubeProxyEndpointAnnotation]; got != e2Endpoint() {
+		errs = append(errs, fmt.Errorf("kube-proxy DaemonSet's %s is %q, not E2", lbv1.KubeProxyEndpointAnnotation, got))
 	}
 	return errors.Join(append(errs, s.Lab.checkEndpointCopies(ctx, e1, netip.AddrPortFrom(extLBAddr, apiPort)))...)
 }
