@@ -49,10 +49,13 @@ const (
 type Running struct {
 	// Manager is the running manager, e.g. for GetClient.
 	Manager manager.Manager
-	name    string
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan error
+	// ClusterCache is CAPI's connection cache to the workload clusters (StartCAPI's managers
+	// only): what KubeadmControlPlane's Management reaches a workload cluster through.
+	ClusterCache clustercache.ClusterCache
+	name         string
+	ctx          context.Context
+	cancel       context.CancelFunc
+	done         chan error
 }
 
 // Stop cancels the manager and waits until it has shut down (its controllers have returned).
@@ -208,6 +211,7 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 	if err != nil {
 		return nil, err
 	}
+	r.ClusterCache = cc
 	go func() {
 		<-r.ctx.Done()
 		if s, ok := cc.(interface{ Shutdown() }); ok {

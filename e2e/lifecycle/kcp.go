@@ -16,14 +16,16 @@ import (
 // runKCPCleanup plays KubeadmControlPlane's pre-terminate step for a real control plane until
 // ctx ends: a deleting Machine whose only pre-terminate hook left is KCP's, and on which the
 // Machine controller waits for it (drained, caplb's pre-drain hook long released), loses its
-// etcd member; then KCP's hook goes and the Machine controller deletes the infrastructure.
+// etcd member — through KCP's own code and etcd client, by port-forward through the endpoint
+// (kubelet.go) —; then KCP's hook goes and the Machine controller deletes the infrastructure.
 // Errors go to report and are retried.
 func (l *Lab) runKCPCleanup(ctx context.Context, report func(error)) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	done := map[string]bool{}
+	kcp := l.newKCPEtcd()
 	for {
-		if err := l.kcpCleanupOnce(ctx, done); err != nil && ctx.Err() == nil {
+		if err := l.kcpCleanupOnce(ctx, kcp, done); err != nil && ctx.Err() == nil {
 			report(err)
 		}
 		select {
@@ -34,7 +36,7 @@ func (l *Lab) runKCPCleanup(ctx context.Context, report func(error)) {
 	}
 }
 
-func (l *Lab) kcpCleanupOnce(ctx context.Context, done map[string]bool) error {
+func (l *Lab) kcpCleanupOnce(ctx context.Context, kcp *kcpEtcd, done map[string]bool) error {
 	ms, err := l.Machines(ctx)
 	if err != nil {
 		return err
@@ -49,7 +51,7 @@ func (l *Lab) kcpCleanupOnce(ctx context.Context, done map[string]bool) error {
 		}
 		if !done[m.Name] {
 			if n := l.Node(m.Name); n != nil && n.cp != nil {
-				if err := l.removeEtcdMember(ctx, n); err != nil {
+				if err := kcp.removeMember(ctx, n); err != nil {
 					return fmt.Errorf("removing %s's etcd member: %w", m.Name, err)
 				}
 			}

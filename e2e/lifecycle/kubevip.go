@@ -315,7 +315,7 @@ func (n *Node) createMirrorPod(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pod, err := readStaticPod(n.cp.Path(kubeadm.KubeVIPManifest))
+	pod, err := kubeadm.ReadStaticPod(n.cp.Path(kubeadm.KubeVIPManifest))
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (n *Node) createMirrorPod(ctx context.Context) error {
 	if err := c.Get(ctx, client.ObjectKey{Name: n.Name}, node); err != nil {
 		return fmt.Errorf("%s: reading its Node for the mirror Pod's owner: %w", n.Name, err)
 	}
-	mirror := mirrorOf(pod, node)
+	mirror := kubeadm.MirrorOf(pod, node)
 	var last error
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

@@ -204,6 +204,9 @@ func (n *Node) destroy() error {
 	var errs []error
 	n.stopKubeVIPPod()
 	procs := []*lab.Process{n.kubelet, n.standin}
+	if n.cp != nil && n.cp.stopKubelet != nil {
+		n.cp.stopKubelet()
+	}
 	if n.cp != nil {
 		procs = append(procs, n.cp.controllerManager, n.cp.apiserver, n.cp.etcd)
 	}

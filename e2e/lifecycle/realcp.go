@@ -260,6 +260,8 @@ func (d *nodeDeps) sharedFromSecrets(ctx context.Context, namespace string) (map
 type cpMachine struct {
 	kubeadm.Machine
 	etcd, apiserver, controllerManager *lab.Process
+	// stopKubelet ends the kubelet's API and reports (kubelet.go).
+	stopKubelet func()
 }
 
 // bootRealCP makes n a control-plane machine with kubeadm, as `kubeadm init` (the first) or
@@ -350,7 +352,10 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 	if err := n.registerAsKubelet(ctx); err != nil {
 		return err
 	}
-	step("Node registered")
+	if err := n.startKubelet(); err != nil {
+		return err
+	}
+	step("Node registered, kubelet API and reports started")
 	if n.runsKubeVIP {
 		if err := n.createMirrorPod(ctx); err != nil {
 			return err
@@ -504,28 +509,4 @@ func (n *Node) setAPIHealthy(ok bool) error {
 	}
 	n.cp.apiserver = nil
 	return nil
-}
-
-// removeEtcdMember removes n's etcd member as KCP does in its pre-terminate step (leadership
-// moved off it first), through a surviving machine.
-func (l *Lab) removeEtcdMember(ctx context.Context, n *Node) error {
-	var via *Node
-	var endpoints []string
-	for _, o := range l.Nodes() {
-		if o != n && o.cp != nil && o.cp.apiserver != nil {
-			if via == nil {
-				via = o
-			}
-			endpoints = append(endpoints, o.cp.ClientURL())
-		}
-	}
-	if via == nil {
-		return nil // the last machine: KCP removes no member
-	}
-	e, err := kubeadm.NewEtcd(via.cp.Machine, via.NS.DialContext, endpoints...)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	return e.Remove(ctx, n.cp.Machine)
 }

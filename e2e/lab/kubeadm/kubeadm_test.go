@@ -181,11 +181,57 @@ func TestKubeadmControlPlane(t *testing.T) {
 		Member{ID: id, Name: "cp-2", PeerURL: m2.PeerURL()}))
 	g.Eventually(readyzAt(client, m2.Addr), 90*time.Second, 250*time.Millisecond).Should(Equal("ok"), "the joined API server is ready")
 
-	// The first machine leaves as KubeadmControlPlane removes it: its etcd member first.
+	// The kubelet's part KubeadmControlPlane reads, on both machines: Nodes, Leases, mirror Pods
+	// Ready by their manifests' probes, the kubelet API that port-forwards into them.
+	stop1 := kubeletOf(g, tp, m1, c.KubernetesVersion, t.Logf)
+	defer stop1()
+	stop2 := kubeletOf(g, tp, m2, c.KubernetesVersion, t.Logf)
+	defer stop2()
+	expectMirrorsReady(ctx, g, cs, "etcd-cp-1", "kube-apiserver-cp-1", "kube-controller-manager-cp-1", "etcd-cp-2", "kube-apiserver-cp-2")
+	expectNodeReported(ctx, g, cs, "cp-1")
+	expectNodeReported(ctx, g, cs, "cp-2")
+	code, _ := kubeletAnswer(g, tp, m1, "etcd-cp-1", nil)
+	g.Expect(code).To(Equal(http.StatusUnauthorized), "the kubelet API refuses a client without a certificate")
+	nobody, err := SignedClientCert(shared["ca.crt"], shared["ca.key"], "lab:nobody")
+	g.Expect(err).NotTo(HaveOccurred())
+	code, body := kubeletAnswer(g, tp, m1, "etcd-cp-1", &nobody)
+	g.Expect(code).To(Equal(http.StatusForbidden))
+	g.Expect(body).To(ContainSubstring("Forbidden (user=lab:nobody, verb=create, resource=nodes, subresource=proxy)"),
+		"the cluster's SubjectAccessReview refuses a user the CA signed but RBAC does not allow")
+	apiClient, err := tls.LoadX509KeyPair(m1.Path(PKIDir+"/apiserver-kubelet-client.crt"), m1.Path(PKIDir+"/apiserver-kubelet-client.key"))
+	g.Expect(err).NotTo(HaveOccurred())
+	code, _ = kubeletAnswer(g, tp, m1, "etcd-cp-2", &apiClient)
+	g.Expect(code).To(Equal(http.StatusNotFound), "the API server's identity is allowed; cp-2's etcd is not on cp-1")
+
+	// KubeadmControlPlane's own etcd client, from the management side through the endpoint:
+	// members listed, leadership moved off the machine it will delete, its member removed.
+	mgmt := managementConfig(t, g, tp, m1)
 	etcd2, err := NewEtcd(m2, tp.client.DialContext, m2.ClientURL())
 	g.Expect(err).NotTo(HaveOccurred())
 	defer etcd2.Close()
-	g.Expect(etcd2.Remove(ctx, m1)).To(Succeed())
+	ids := map[string]uint64{"cp-1": mustID(g, etcd, "cp-1"), "cp-2": id}
+	kcp1 := kcpEtcdClient(ctx, g, mgmt, m1, "cp-1")
+	defer kcp1.Close()
+	listed, err := kcp1.Members(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(listed).To(ConsistOf(HaveField("Name", "cp-1"), HaveField("Name", "cp-2")), "etcd's members through the port-forward")
+	if leader, err := etcd2.Leader(ctx); err == nil && leader == ids["cp-2"] {
+		kcp2 := kcpEtcdClient(ctx, g, mgmt, m1, "cp-2")
+		g.Eventually(func() error { return kcp2.MoveLeader(ctx, ids["cp-1"]) }, 30*time.Second, time.Second).Should(Succeed())
+		_ = kcp2.Close()
+		g.Eventually(func() (uint64, error) { return etcd2.Leader(ctx) }, 30*time.Second, 250*time.Millisecond).Should(Equal(ids["cp-1"]))
+	}
+	g.Eventually(func() error { return kcp1.MoveLeader(ctx, ids["cp-2"]) }, 30*time.Second, time.Second).Should(Succeed(),
+		"KCP moves leadership off the machine it deletes, through etcd-cp-1's port-forward")
+	g.Eventually(func() (uint64, error) { return etcd2.Leader(ctx) }, 30*time.Second, 250*time.Millisecond).Should(Equal(ids["cp-2"]),
+		"etcd itself names the new leader")
+
+	// The first machine leaves as KubeadmControlPlane removes it: its etcd member first.
+	kcp2 := kcpEtcdClient(ctx, g, mgmt, m1, "cp-2")
+	defer kcp2.Close()
+	g.Eventually(func() error { return kcp2.RemoveMember(ctx, ids["cp-1"]) }, 30*time.Second, time.Second).Should(Succeed(),
+		"KCP removes the member through etcd-cp-2's port-forward")
+	stop1()
 	g.Expect(tp.l.RemoveNamespace(tp.ns[m1.Name])).To(Succeed(), "the machine is deleted by its infrastructure")
 	g.Expect(etcd2.Members(ctx)).To(HaveLen(1))
 	// The endpoint moves to the survivor, which serves reads and writes alone.
