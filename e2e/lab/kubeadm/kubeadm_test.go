@@ -167,6 +167,10 @@ func TestKubeadmControlPlane(t *testing.T) {
 	expectKubeadmFiles(g, m2, c)
 	g.Expect(ServerOf(m2, AdminConfPath)).To(Equal("https://"+netip.AddrPortFrom(vip, APIPort).String()),
 		"the joined machine's admin.conf names the uploaded controlPlaneEndpoint")
+	for _, m := range []Machine{m1, m2} {
+		g.Expect(ServerOf(m, KubeletConfPath)).To(Equal("https://"+netip.AddrPortFrom(m.Addr, APIPort).String()),
+			"a control-plane machine's kubelet (and caplb's agent, which mounts its kubeconfig) talks to its own API server")
+	}
 	etcdArgs := manifestArgs(g, m2, EtcdManifest)
 	g.Expect(etcdArgs).To(ContainElements("--initial-cluster-state=existing", "--initial-cluster=cp-1="+m1.PeerURL()+",cp-2="+m2.PeerURL()))
 	for _, mf := range []string{EtcdManifest, APIManifest} {
