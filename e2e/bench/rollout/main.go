@@ -88,6 +88,10 @@ type entry struct {
 	// files itself, "capi" once CAPI's own controllers do.
 	KCP       string `json:"kcp"`
 	Bootstrap string `json:"bootstrap"`
+	// KCPEtcd names whose code moves etcd's leadership off a leaving machine and removes its
+	// member: "capi" — KubeadmControlPlane's own (controlplane/kubeadm/pkg), its etcd client
+	// port-forwarding through the VIP — even while KCP's order is the lab's.
+	KCPEtcd string `json:"kcp_etcd"`
 	observe.Result
 	ClientGo *clients.Result `json:"client_go,omitempty"`
 	// GoalsMet: lifecycle.Goals found nothing missed; GoalsMissed says what was.
@@ -203,7 +207,7 @@ func runOne(b lifecycle.Backend, api lifecycle.APIServer, bins lifecycle.Binarie
 	if runErr != nil {
 		fmt.Println(l.LogTail(30))
 	}
-	e := entry{Scenario: "rollout", APIServer: api, KCP: "lab", Bootstrap: "lab", Result: obs.Result, ClientGo: obs.Clients}
+	e := entry{Scenario: "rollout", APIServer: api, KCP: "lab", Bootstrap: "lab", KCPEtcd: "capi", Result: obs.Result, ClientGo: obs.Clients}
 	if runErr == nil {
 		e.GoalsMissed = lifecycle.Goals(b, api, obs.Result, obs.Clients)
 		e.GoalsMet = len(e.GoalsMissed) == 0
