@@ -68,9 +68,18 @@ func TestTakeOverGoals(t *testing.T) {
 		o.ARPAnswers = answers
 		return o
 	}
-	withFailureSpan := func(o Observed, began time.Time, took time.Duration) Observed {
-		o.Failures = append(o.Failures, observe.Sample{At: began, Latency: took, Kind: observe.Fresh, Err: "failed"})
+	withKindFailure := func(o Observed, kind observe.Kind, began time.Time, took time.Duration) Observed {
+		o.Failures = append(o.Failures, observe.Sample{At: began, Latency: took, Kind: kind, Err: "failed"})
 		return o
+	}
+	withFailureSpan := func(o Observed, began time.Time, took time.Duration) Observed {
+		return withKindFailure(o, observe.Fresh, began, took)
+	}
+	// A kept-alive request sent at the hand-over times out after 5 s; the next, sent 2 ms later
+	// on the same connection, is force-closed with it (recorded first: it ended first).
+	chained := func(next observe.Kind, after time.Duration) Observed {
+		o := withKindFailure(obsWith(kvHolds), next, at(9.9).Add(5*time.Second+after), 2*time.Millisecond)
+		return withKindFailure(o, observe.Kept, at(9.9), 5*time.Second)
 	}
 	withFailure := func(o Observed, t time.Time) Observed {
 		return withFailureSpan(o, t.Add(-100*time.Millisecond), 100*time.Millisecond)
@@ -98,6 +107,11 @@ func TestTakeOverGoals(t *testing.T) {
 		{"a new connection begun at the hand-over timed out 5 s later", withFailureSpan(obsWith(kvHolds), at(9.9), 5*time.Second), guarded, nil},
 		{"a new connection failed at the hand-over", withFailure(obsWith(kvHolds), at(10.2)), guarded, nil},
 		{"a new connection failed later", withFailure(obsWith(kvHolds), at(30)), guarded, []string{"1 requests failed outside the hand-over"}},
+		{"the next kept request on the connection the hand-over broke", chained(observe.Kept, 2*time.Millisecond), guarded, nil},
+		{"a kept request failed a second after the hand-over's last failure", chained(observe.Kept, time.Second), guarded,
+			[]string{"1 requests failed outside the hand-over"}},
+		{"a new connection does not ride the kept loop's broken connection", chained(observe.Fresh, 2*time.Millisecond), guarded,
+			[]string{"1 requests failed outside the hand-over"}},
 		{"two writes failed", obsWith(kvHolds, at(10.1), at(10.2)), guarded, []string{"2 client-go writes failed"}},
 		{"kube-vip and caplb at once", obsWith(dup), guarded, []string{"1 intervals with kube-vip and another machine answering ARP",
 			"1 intervals with kube-vip and another machine holding"}},
