@@ -32,13 +32,14 @@ func TestBFD(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			up, _ := metric(text, "caplb_bgp_bfd_session_up")
 			g.Expect(up).To(Equal(1.0), "%s: its BFD session to the router", m.Name)
+			// /status reads the session's state, the metric follows its changes: both agree.
+			st, err := m.Status(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			peers := st["bgp"].(map[string]any)["peers"].([]any)
+			g.Expect(peers[0].(map[string]any)["bfd"]).To(Equal("up"), "%s: /status shows the session", m.Name)
 		}
 	}
 	g.Eventually(bfdUp, 10*time.Second, 100*time.Millisecond).Should(Succeed())
-	st, err := n1.Status(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	peers := st["bgp"].(map[string]any)["peers"].([]any)
-	g.Expect(peers[0].(map[string]any)["bfd"]).To(Equal("up"), "/status shows the session")
 
 	start := time.Now()
 	g.Expect(n2.Agent.Signal(syscall.SIGSTOP)).To(Succeed())
