@@ -39,6 +39,8 @@ type suite struct {
 	env   *harness.Env
 	capi  *harness.Running
 	caplb *harness.Running
+	// logs keeps what the managers logged, shown for a failed flow's namespace.
+	logs *managerLog
 	// caplbOptions is how every flow's caplb manager runs (restarts included).
 	caplbOptions harness.CAPLBOptions
 	// webhook is where the caplb manager serves its validating webhook, and the CA of its
@@ -118,12 +120,13 @@ func TestIntegration(t *testing.T) {
 func startSuite(t *testing.T) *suite {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	env, err := harness.Start(harness.Options{})
+	logs := &managerLog{}
+	env, err := harness.Start(harness.Options{Logger: logs.logger()})
 	if err != nil {
 		cancel()
 		t.Fatalf("starting test control plane: %v", err)
 	}
-	s := &suite{ctx: ctx, env: env}
+	s := &suite{ctx: ctx, env: env, logs: logs}
 	s.caplbOptions = harness.CAPLBOptions{NodeTargetsNamespace: nodeTargetsNS, ServiceAccount: harness.ShippedServiceAccount}
 
 	t.Cleanup(func() {
@@ -176,6 +179,7 @@ func newFixture(t *testing.T, s *suite, o harness.ClusterOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.logs.dumpOnFailure(t, ns)
 	c, err := s.env.CreateCluster(ctx, ns, "c", o)
 	if err != nil {
 		t.Fatal(err)
