@@ -8,6 +8,7 @@
 package envtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -111,6 +112,14 @@ func Start(opts Options) (*Env, error) {
 			err = errors.Join(err, fmt.Errorf("stopping partially started control plane: %w", stopErr))
 		}
 		return nil, fmt.Errorf("starting envtest control plane from %s: %w", binDir, err)
+	}
+	if !opts.WithoutCAPICRDs && !opts.WithoutCRDs {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := labelProviderCRDs(ctx, cfg)
+		cancel()
+		if err != nil {
+			return nil, errors.Join(err, te.Stop())
+		}
 	}
 	return &Env{Environment: te, Config: cfg}, nil
 }
