@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,6 +97,10 @@ type MachineOptions struct {
 	NodeLabels map[string]string
 	// NoNode: the Machine never gets a Node (and so no nodeRef): it never joins.
 	NoNode bool
+	// KubeadmConfig, when set, names the Machine's bootstrap config (a KubeadmConfig in its
+	// namespace, which CABPK renders: CAPIOptions.KubeadmBootstrap) instead of a ready
+	// dataSecretName; Version is then the Machine's Kubernetes version.
+	KubeadmConfig, Version string
 }
 
 // CreateMachine creates a TestMachine and a Machine of cluster pointing at it, bootstrapped
@@ -127,6 +132,11 @@ func (e *Env) CreateMachine(ctx context.Context, cluster *clusterv1.Cluster, nam
 				APIGroup: testinfra.Group, Kind: testinfra.MachineKind, Name: name,
 			},
 		},
+	}
+	if o.KubeadmConfig != "" {
+		m.Spec.Bootstrap = clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+			APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: o.KubeadmConfig}}
+		m.Spec.Version = o.Version
 	}
 	if err := e.Client.Create(ctx, m); err != nil {
 		return nil, fmt.Errorf("creating Machine %s/%s: %w", cluster.Namespace, name, err)

@@ -127,6 +127,10 @@ type CAPIOptions struct {
 	// MachineDeployments also runs CAPI's MachineSet and MachineDeployment reconcilers (worker
 	// Machines from a MachineDeployment, its rollouts).
 	MachineDeployments bool
+	// KubeadmBootstrap also runs CAPI's kubeadm bootstrap provider (CABPK's KubeadmConfig
+	// reconciler): a Machine whose spec.bootstrap.configRef names a KubeadmConfig gets the
+	// cloud-init data CABPK renders for it.
+	KubeadmBootstrap bool
 }
 
 // StartCAPIWith is StartCAPI with another infrastructure provider (the lifecycle lab's, which
@@ -192,6 +196,11 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 2}); err != nil {
 			return nil, fmt.Errorf("setting up CAPI MachineDeployment reconciler: %w", err)
+		}
+	}
+	if o.KubeadmBootstrap {
+		if err := setupKubeadmBootstrap(ctx, mgr, cc, secretClient); err != nil {
+			return nil, err
 		}
 	}
 	infra := o.Infrastructure

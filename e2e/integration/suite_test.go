@@ -91,6 +91,7 @@ func TestIntegration(t *testing.T) {
 			{"VIPFromIPAMBeforeMachines", testVIPFromIPAMBeforeMachines},
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},
+			{"KubeadmBootstrapRendersSample", testKubeadmBootstrapRendersSample},
 			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 			{"VIPRollout", testVIPRollout},
 			{"LoadBalancerClass", testLoadBalancerClass},
@@ -145,7 +146,8 @@ func startSuite(t *testing.T) *suite {
 		}
 		cancel()
 	})
-	if s.capi, err = env.StartCAPI(ctx); err != nil {
+	// CAPI's kubeadm bootstrap provider too: testKubeadmBootstrapRendersSample.
+	if s.capi, err = env.StartCAPIWith(ctx, harness.CAPIOptions{KubeadmBootstrap: true}); err != nil {
 		t.Fatalf("starting CAPI reconcilers: %v", err)
 	}
 	// The manager runs as its ServiceAccount under the RBAC config/rbac ships (and the

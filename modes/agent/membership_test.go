@@ -223,6 +223,8 @@ func TestReadKey(t *testing.T) {
 	}{
 		{"base64 32 bytes, 0600", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n", 0o600, ""},
 		{"raw 16 bytes, 0400", "0123456789abcdef", 0o400, ""},
+		// cloud-init (CABPK's bootstrap data) ends every file it writes with a newline.
+		{"raw 16 bytes and cloud-init's newline", "0123456789abcdef\n", 0o600, ""},
 		{"group-readable", "0123456789abcdef", 0o640, "readable or writable by group or others"},
 		{"world-readable", "0123456789abcdef", 0o644, "chmod 600"},
 		{"wrong length", "short", 0o600, "want 16, 24 or 32 bytes"},
