@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -74,7 +75,7 @@ func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, ipamv1.AddToScheme, lbv1.AddToScheme,
-		bootstrapv1.AddToScheme,
+		bootstrapv1.AddToScheme, controlplanev1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("building scheme: %w", err)

@@ -53,9 +53,12 @@ type Running struct {
 	// only): what KubeadmControlPlane's Management reaches a workload cluster through.
 	ClusterCache clustercache.ClusterCache
 	name         string
-	ctx          context.Context
-	cancel       context.CancelFunc
-	done         chan error
+	// companions are managers started with this one and stopped before it (CAPI's kubeadm
+	// providers, each in a manager of its own).
+	companions []*Running
+	ctx        context.Context
+	cancel     context.CancelFunc
+	done       chan error
 }
 
 // Stop cancels the manager and waits until it has shut down (its controllers have returned).
@@ -64,6 +67,13 @@ func (r *Running) Stop() error {
 	if r == nil || r.cancel == nil {
 		return nil
 	}
+	if err := stopAll(r.companions); err != nil {
+		return errors.Join(err, r.stopSelf())
+	}
+	return r.stopSelf()
+}
+
+func (r *Running) stopSelf() error {
 	r.cancel()
 	slow := time.NewTimer(slowStop)
 	defer slow.Stop()
@@ -128,9 +138,13 @@ type CAPIOptions struct {
 	// Machines from a MachineDeployment, its rollouts).
 	MachineDeployments bool
 	// KubeadmBootstrap also runs CAPI's kubeadm bootstrap provider (CABPK's KubeadmConfig
-	// reconciler): a Machine whose spec.bootstrap.configRef names a KubeadmConfig gets the
+	// reconciler, in a manager of its own as in a real installation): a Machine whose spec.bootstrap.configRef names a KubeadmConfig gets the
 	// cloud-init data CABPK renders for it.
 	KubeadmBootstrap bool
+	// KubeadmControlPlane also runs CAPI's KubeadmControlPlane reconciler (KCP, in a manager of
+	// its own), which creates
+	// control-plane Machines and their KubeadmConfigs from a KubeadmControlPlane.
+	KubeadmControlPlane bool
 }
 
 // StartCAPIWith is StartCAPI with another infrastructure provider (the lifecycle lab's, which
@@ -139,9 +153,10 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 	opts := e.managerOptions()
 	// client-go names informers once per process: a second CAPI in the same process (the
 	// lifecycle bench runs one lab per backend) needs names of its own.
-	name := "caplb-test-capi"
+	name, suffix := "caplb-test-capi", ""
 	if n := capiStarts.Add(1); n > 1 {
-		name = fmt.Sprintf("%s-%d", name, n)
+		suffix = fmt.Sprintf("-%d", n)
+		name += suffix
 	}
 	opts.Cache = setup.ManagerCacheOptions(e.Scheme, name, "", 10*time.Minute)
 	opts.Client = setup.ManagerClientOptions()
@@ -198,11 +213,6 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 			return nil, fmt.Errorf("setting up CAPI MachineDeployment reconciler: %w", err)
 		}
 	}
-	if o.KubeadmBootstrap {
-		if err := setupKubeadmBootstrap(ctx, mgr, cc, secretClient); err != nil {
-			return nil, err
-		}
-	}
 	infra := o.Infrastructure
 	if infra == nil {
 		infra = func(mgr manager.Manager) error {
@@ -221,6 +231,9 @@ func (e *Env) StartCAPIWith(ctx context.Context, o CAPIOptions) (*Running, error
 		return nil, err
 	}
 	r.ClusterCache = cc
+	if r.companions, err = e.startKubeadmProviders(ctx, o, suffix); err != nil {
+		return nil, errors.Join(err, r.Stop())
+	}
 	go func() {
 		<-r.ctx.Done()
 		if s, ok := cc.(interface{ Shutdown() }); ok {

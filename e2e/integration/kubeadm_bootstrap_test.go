@@ -11,16 +11,21 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
 	"github.com/caplb/caplb/config/samples"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/harness"
 	"github.com/caplb/caplb/e2e/lab/cloudinit"
+	"github.com/caplb/caplb/e2e/testinfra"
 	"github.com/caplb/caplb/providers/vip"
 )
 
@@ -114,4 +119,69 @@ func sampleKCP(g Gomega, file string) *controlplanev1.KubeadmControlPlane {
 	}
 	g.Expect(file).To(BeEmpty(), "sample %s has no KubeadmControlPlane", file)
 	return nil
+}
+
+// CAPI's own KubeadmControlPlane controller, from the shipped sample (one replica, the test
+// infrastructure's machine template), waits for the endpoint caplb publishes, then creates a
+// control-plane Machine whose KubeadmConfig carries the sample's files; CABPK renders them with the
+// LoadBalancer Secret's bytes, and caplb counts KCP's Machine as a member. The Machine never gets
+// a Node here (this API server is not its workload cluster): the Cluster stays uninitialized, so
+// KCP goes no further than its first Machine.
+func testKubeadmControlPlaneFirstMachine(t *testing.T, s *suite) {
+	g := NewWithT(t)
+	f := newFixture(t, s, harness.ClusterOptions{})
+	kcp := sampleKCP(g, "cluster_kubeadm_arp_ipam.yaml")
+	kcp.ObjectMeta = metav1.ObjectMeta{Namespace: f.ns, Name: "c-control-plane"}
+	kcp.Spec.Replicas = ptr.To[int32](1)
+	kcp.Spec.MachineTemplate.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{
+		APIGroup: testinfra.Group, Kind: testinfra.MachineKind + "Template", Name: "c-control-plane"}
+	files := kcp.Spec.KubeadmConfigSpec.Files
+	for i := range files {
+		files[i].ContentFrom.Secret.Name = f.cluster.Name + vip.SecretSuffix
+	}
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetGroupVersionKind(testinfra.MachineGVK.GroupVersion().WithKind(testinfra.MachineKind + "Template"))
+	tmpl.SetNamespace(f.ns)
+	tmpl.SetName("c-control-plane")
+	tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"noNode": true}}}
+	g.Expect(s.env.Client.Create(f.ctx, tmpl)).To(Succeed())
+	g.Expect(s.env.Client.Create(f.ctx, kcp)).To(Succeed())
+	c := &clusterv1.Cluster{}
+	g.Expect(s.env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.cluster), c)).To(Succeed())
+	orig := c.DeepCopy()
+	c.Spec.ControlPlaneRef = clusterv1.ContractVersionedObjectReference{
+		APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: kcp.Name}
+	g.Expect(s.env.Client.Patch(f.ctx, c, client.MergeFrom(orig))).To(Succeed())
+
+	const vipAddr = "10.55.0.11"
+	f.createLB(t, vipAddr, 0, withARP(vipAddr))
+	var machine *clusterv1.Machine
+	g.Eventually(func(g Gomega) {
+		var ms clusterv1.MachineList
+		g.Expect(s.env.Client.List(f.ctx, &ms, client.InNamespace(f.ns))).To(Succeed())
+		g.Expect(ms.Items).To(HaveLen(1), "KCP creates its first Machine once the Cluster has an endpoint")
+		machine = &ms.Items[0]
+		g.Expect(metav1.IsControlledBy(machine, kcp)).To(BeTrue(), "the Machine is KCP's")
+		g.Expect(machine.Spec.Bootstrap.ConfigRef.Kind).To(Equal("KubeadmConfig"))
+	}, flowTimeout).Should(Succeed())
+	f.waitLB(t, "KCP's Machine is a member", func(lb *lbv1.LoadBalancer) bool {
+		return lb.Status.TotalTargets == 1 && harness.TargetState(lb, machine.Name) != ""
+	})
+
+	cfg := &bootstrapv1.KubeadmConfig{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(s.env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: machine.Spec.Bootstrap.ConfigRef.Name}, cfg)).To(Succeed())
+		g.Expect(cfg.Status.DataSecretName).NotTo(BeEmpty(), "CABPK rendered no bootstrap data; conditions: %v", cfg.Status.Conditions)
+	}, flowTimeout).Should(Succeed())
+	data := &corev1.Secret{}
+	g.Expect(s.env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: cfg.Status.DataSecretName}, data)).To(Succeed())
+	boot, err := cloudinit.Parse(data.Data["value"])
+	g.Expect(err).NotTo(HaveOccurred())
+	agentSecret := f.bootstrapSecret(g)
+	for _, sf := range files {
+		file := boot.File(sf.Path)
+		g.Expect(file).NotTo(BeNil(), "KCP's Machine gets no %s", sf.Path)
+		g.Expect(strings.TrimSuffix(string(file.Content), "\n")).To(Equal(strings.TrimSuffix(string(agentSecret.Data[sf.ContentFrom.Secret.Key]), "\n")), sf.Path)
+	}
+	g.Expect(string(boot.File("/run/kubeadm/kubeadm.yaml").Content)).To(ContainSubstring("controlPlaneEndpoint: " + vipAddr + ":6443"))
 }

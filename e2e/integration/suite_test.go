@@ -92,6 +92,7 @@ func TestIntegration(t *testing.T) {
 			{"VIPMembership", testVIPMembership},
 			{"VIPSamplesKCP", testVIPSamplesKCP},
 			{"KubeadmBootstrapRendersSample", testKubeadmBootstrapRendersSample},
+			{"KubeadmControlPlaneFirstMachine", testKubeadmControlPlaneFirstMachine},
 			{"VIPDisableAndDeadMember", testVIPDisableAndDeadMember},
 			{"VIPRollout", testVIPRollout},
 			{"LoadBalancerClass", testLoadBalancerClass},
@@ -146,8 +147,8 @@ func startSuite(t *testing.T) *suite {
 		}
 		cancel()
 	})
-	// CAPI's kubeadm bootstrap provider too: testKubeadmBootstrapRendersSample.
-	if s.capi, err = env.StartCAPIWith(ctx, harness.CAPIOptions{KubeadmBootstrap: true}); err != nil {
+	// CAPI's kubeadm bootstrap and control-plane providers too (kubeadm_bootstrap_test.go).
+	if s.capi, err = env.StartCAPIWith(ctx, harness.CAPIOptions{KubeadmBootstrap: true, KubeadmControlPlane: true}); err != nil {
 		t.Fatalf("starting CAPI reconcilers: %v", err)
 	}
 	// The manager runs as its ServiceAccount under the RBAC config/rbac ships (and the
