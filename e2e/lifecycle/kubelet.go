@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -146,20 +147,11 @@ func (k *kcpEtcd) memberOf(ctx context.Context, n *Node, survivors []string) (*k
 			continue
 		}
 		for _, m := range members {
-			if m.Name == n.Name || (m.Name == "" && containsString(m.PeerURLs, n.cp.PeerURL())) {
+			if m.Name == n.Name || (m.Name == "" && slices.Contains(m.PeerURLs, n.cp.PeerURL())) {
 				return m, leader, nil
 			}
 		}
 		return nil, leader, nil
 	}
 	return nil, 0, fmt.Errorf("KCP's etcd client reached no survivor of %s: %w", n.Name, errors.Join(errs...))
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

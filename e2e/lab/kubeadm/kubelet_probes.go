@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 // dialFunc opens connections from the machine's network (lab.Netns.DialContext).
@@ -85,7 +86,7 @@ func (pp *podProbes) status(ctx context.Context, dial dialFunc, pod *corev1.Pod,
 	if live && pp.started.IsZero() {
 		pp.started = now
 	}
-	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: ready, Started: ptrTo(live)}
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Ready: ready, Started: ptr.To(live)}
 	switch {
 	case live:
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: pp.started}

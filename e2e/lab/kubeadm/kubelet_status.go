@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/caplb/caplb/e2e/lab"
@@ -176,7 +178,7 @@ func (r *NodeReporter) renewLease(ctx context.Context) error {
 		}
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: r.Machine.Name, Namespace: corev1.NamespaceNodeLease,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &r.Machine.Name, LeaseDurationSeconds: ptrTo(int32(40)), RenewTime: &now}}
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &r.Machine.Name, LeaseDurationSeconds: ptr.To(int32(40)), RenewTime: &now}}
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	} else if err == nil {
 		lease.Spec.RenewTime = &now
@@ -224,7 +226,7 @@ func (r *NodeReporter) syncMirrors(ctx context.Context, node *corev1.Node) error
 			delete(r.sent, mirror.Name)
 		case cur.Annotations[ConfigMirrorAnnotation] != mirror.Annotations[ConfigMirrorAnnotation]:
 			// The manifest changed: the kubelet replaces the mirror Pod.
-			if err = pods.Delete(ctx, cur.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); err == nil {
+			if err = pods.Delete(ctx, cur.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err == nil {
 				cur, err = pods.Create(ctx, mirror, metav1.CreateOptions{})
 				delete(r.sent, mirror.Name)
 				delete(r.probes, mirror.Name)
@@ -253,7 +255,7 @@ func (r *NodeReporter) syncMirrors(ctx context.Context, node *corev1.Node) error
 	}
 	for name, p := range have {
 		if _, mirror := p.Annotations[ConfigMirrorAnnotation]; mirror && !want[name] && r.mirrors(name) {
-			if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))}); client404(err) != nil {
+			if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting mirror Pod %s: %w", name, err)
 			}
 			delete(have, name)
@@ -294,13 +296,6 @@ func (r *NodeReporter) manifests() ([]string, error) {
 	return out, nil
 }
 
-func client404(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 // ReadStaticPod reads a static pod manifest from a machine's disk (a host path), with the
 // kubelet's hash of it.
 func ReadStaticPod(path string) (*corev1.Pod, error) {
@@ -335,7 +330,7 @@ func MirrorOf(pod *corev1.Pod, node *corev1.Node) *corev1.Pod {
 	m.Annotations[ConfigSourceAnnotation] = "file"
 	m.Spec.NodeName = node.Name
 	m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
-		Controller: ptrTo(true)}}
+		Controller: ptr.To(true)}}
 	m.Status = corev1.PodStatus{}
 	return m
 }
