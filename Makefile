@@ -50,7 +50,7 @@ check: ## Fail on unformatted code and go vet findings.
 PARALLEL_TEST_PKGS := ./api/... ./cmd/... ./config/... ./controllers/... ./providers/... ./hack/... \
 	./internal/... ./templates/... ./e2e/integration ./e2e/install ./e2e/templates ./e2e/envtest \
 	./e2e/harness ./e2e/testinfra ./e2e/testpki ./e2e/bench/controller ./e2e/bench/rollout \
-	./e2e/lifecycle/observe/clients
+	./e2e/lifecycle/observe/clients ./e2e/lab/cloudinit
 # Packages with labs that boot real control planes (load 15 on 2 cores while a member boots):
 # make test runs their SOLO_TESTS last, one at a time, with nothing beside them; their other tests
 # (stand-in lifecycles, unit tests) run with the light labs.
