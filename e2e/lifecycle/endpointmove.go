@@ -54,6 +54,9 @@ type EndpointMoveScenario struct {
 	CrashedAt string
 	// E2 is what client-go saw through the new endpoint, from before the move to the end.
 	E2 *clients.Result
+	// MoveStarted is when the LoadBalancer that takes the endpoint over was created; JoinedAt
+	// when the Machine that joined through E2 had joined.
+	MoveStarted, JoinedAt time.Time
 
 	life  *Scenario
 	newLB string
@@ -108,6 +111,7 @@ func (s *EndpointMoveScenario) Run(ctx context.Context) (Report, error) {
 			Backend:                lbv1.Backend{Static: &lbv1.StaticBackend{}},
 		},
 	}
+	s.MoveStarted = time.Now()
 	if err := l.Mgmt.Client.Create(ctx, lb); err != nil {
 		return rep, fmt.Errorf("creating LoadBalancer %s: %w", s.newLB, err)
 	}
@@ -127,6 +131,7 @@ func (s *EndpointMoveScenario) Run(ctx context.Context) (Report, error) {
 	if err := s.checkJoined(e1); err != nil {
 		return rep, err
 	}
+	s.JoinedAt = time.Now()
 	s.step("%s joined through E2 with kubeadm's discovery: its admin.conf names E2, its certificate both endpoints", s.Joined)
 	return rep, nil
 }

@@ -147,12 +147,18 @@ func namespace(t *testing.T, cfg *rest.Config) string {
 func TestSteadyState(t *testing.T) {
 	g := NewWithT(t)
 	cfg, _ := startAPI(t)
+	started := time.Now()
 	r, err := Start(context.Background(), Config{REST: cfg, Namespace: namespace(t, cfg)})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() int { a, _ := r.ld.counts(); return len(a) }, 20*time.Second, 50*time.Millisecond).Should(Equal(1))
 	g.Eventually(func() int { w, _ := r.w.snapshot(); return len(w) }, 20*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 100))
+	stopping := time.Now()
 	res := r.Stop(10 * time.Second)
 	t.Logf("%+v", res)
+	g.Expect(res.FirstWriteAt).To(BeTemporally(">", started), "the first write returned after the start")
+	// 100 writes a tick (20 ms) apart at the least span well over a second.
+	g.Expect(res.LastWriteAt).To(BeTemporally(">", res.FirstWriteAt.Add(time.Second)), "the writes span the run")
+	g.Expect(res.LastWriteAt).To(BeTemporally("<", stopping.Add(time.Second)))
 	g.Expect(res.FailedWrites).To(BeZero())
 	g.Expect(res.LostEvents).To(BeZero())
 	g.Expect(res.RelistSkipped).To(BeZero())

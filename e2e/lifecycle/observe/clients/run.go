@@ -34,6 +34,10 @@ type Config struct {
 type Result struct {
 	Writes       int `json:"writes"`
 	FailedWrites int `json:"failed_requests"`
+	// FirstWriteAt and LastWriteAt are when the first and the last write returned (either
+	// outcome): how long the writer ran, which a count of writes only estimates.
+	FirstWriteAt time.Time `json:"first_write_at"`
+	LastWriteAt  time.Time `json:"last_write_at"`
 	// LostEvents are successful writes the informer never delivered with no relist to explain
 	// them; RelistSkipped are those a relist coalesced (reported, not hidden).
 	LostEvents    int `json:"informer_lost_events"`
@@ -211,6 +215,9 @@ func (r *Run) result() Result {
 	acquired, lost := r.ld.counts()
 	res := Result{Writes: len(writes), StoreMatches: r.storeMatches(), LeaderAcquired: len(acquired),
 		LeaderLosses: len(lost), Connections: int(r.dials.Load())}
+	if len(writes) > 0 {
+		res.FirstWriteAt, res.LastWriteAt = writes[0].at, writes[len(writes)-1].at
+	}
 	if len(lists) > 1 {
 		res.Relists = len(lists) - 1
 	}
