@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -21,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/caplb/caplb/api/v1alpha1"
-	"github.com/caplb/caplb/config/samples"
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/harness"
+	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lab/cloudinit"
 	"github.com/caplb/caplb/e2e/testinfra"
 	"github.com/caplb/caplb/providers/vip"
@@ -33,8 +32,8 @@ import (
 // Cluster fronted by caplb from the shipped KubeadmControlPlane sample's kubeadmConfigSpec: the
 // cloud-init data holds the agent's files with the bootstrap Secret's bytes, owner and mode, the
 // endpoint caplb published as kubeadm's controlPlaneEndpoint, and the sample's commands before
-// `kubeadm init`; and kubeadm accepts the configuration. (The lab machines do not boot from it
-// yet: issue 36.)
+// `kubeadm init`; and kubeadm accepts the configuration. (The real-control-plane lifecycle lab
+// boots its machines from such data: e2e/lifecycle/cabpk.go.)
 func testKubeadmBootstrapRendersSample(t *testing.T, s *suite) {
 	g := NewWithT(t)
 	f := newFixture(t, s, harness.ClusterOptions{})
@@ -100,19 +99,9 @@ func testKubeadmBootstrapRendersSample(t *testing.T, s *suite) {
 
 // sampleKCP reads the KubeadmControlPlane of a shipped sample.
 func sampleKCP(g Gomega, file string) *controlplanev1.KubeadmControlPlane {
-	data, err := samples.FS.ReadFile(file)
+	kcp, err := lab.SampleKubeadmControlPlane(file)
 	g.Expect(err).NotTo(HaveOccurred())
-	objs, err := harness.Decode(data)
-	g.Expect(err).NotTo(HaveOccurred())
-	for _, o := range objs {
-		if o.GetKind() == "KubeadmControlPlane" {
-			kcp := &controlplanev1.KubeadmControlPlane{}
-			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, kcp)).To(Succeed())
-			return kcp
-		}
-	}
-	g.Expect(file).To(BeEmpty(), "sample %s has no KubeadmControlPlane", file)
-	return nil
+	return kcp
 }
 
 // CAPI's own KubeadmControlPlane controller, from the shipped sample (one replica, the test

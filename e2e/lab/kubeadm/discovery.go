@@ -106,13 +106,21 @@ controlPlane:
 	if err := writeFile(m.Path(JoinConfigPath), []byte(cfg), 0o600); err != nil {
 		return err
 	}
+	return c.JoinWritten(ctx, m, on, members)
+}
+
+// JoinWritten is JoinDiscovered on a machine whose bootstrap wrote the JoinConfiguration
+// (JoinConfigPath) and the shared keys itself, as CAPI's kubeadm bootstrap provider does: the
+// discovery, node name and advertise address are the file's. etcd and the kubelet's
+// kubeconfig are the lab's part, as in JoinDiscovered.
+func (c Cluster) JoinWritten(ctx context.Context, m Machine, on Runner, members []EtcdMember) error {
 	for _, p := range []string{"certs", "kubeconfig", "control-plane"} {
 		args := []string{c.Kubeadm, "join", "phase", "control-plane-prepare", p, "--config", JoinConfigPath, "--rootfs", m.Root}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		out, err := on.Run(pctx, args...)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("kubeadm join phase control-plane-prepare %s on %s through %s: %w: %s", p, m.Name, d.Endpoint, err, lastLines(out, 5))
+			return fmt.Errorf("kubeadm join phase control-plane-prepare %s on %s: %w: %s", p, m.Name, err, lastLines(out, 5))
 		}
 	}
 	if err := c.writeConfig(m, append(append([]EtcdMember(nil), members...), EtcdMember{m.Name, m.PeerURL()})); err != nil {

@@ -106,8 +106,7 @@ func (c Cluster) Init(ctx context.Context, m Machine, on Runner) error {
 	if err := c.writeConfig(m, nil); err != nil {
 		return err
 	}
-	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
-		"kubeconfig controller-manager", "etcd local", "control-plane apiserver", "control-plane controller-manager")
+	return c.phases(ctx, m, on, initFilePhases...)
 }
 
 // NewSharedKeys makes the cluster's shared keys the way KubeadmControlPlane does before its
@@ -134,9 +133,25 @@ func (c Cluster) InitWithKeys(ctx context.Context, m Machine, on Runner, shared 
 	if err := c.writeConfig(m, nil); err != nil {
 		return err
 	}
-	return c.phases(ctx, m, on, "certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
-		"kubeconfig controller-manager", "etcd local", "control-plane apiserver", "control-plane controller-manager")
+	return c.phases(ctx, m, on, initFilePhases...)
 }
+
+// InitWritten is Init on a first machine whose bootstrap wrote kubeadm's configuration
+// (ConfigPath) and the cluster's shared keys, as CAPI's kubeadm bootstrap provider writes them
+// for `kubeadm init --config`: kubeadm's phases that make files run from that configuration as
+// written. The phases `kubeadm init` runs besides them need a kubelet or a container runtime
+// (preflight, kubelet-start, wait-control-plane) or an API server (upload-config and on: see
+// UploadConfig), and are the lab's.
+func (c Cluster) InitWritten(ctx context.Context, m Machine, on Runner) error {
+	if _, err := os.Stat(m.Path(ConfigPath)); err != nil {
+		return fmt.Errorf("machine %s: its bootstrap wrote no kubeadm configuration: %w", m.Name, err)
+	}
+	return c.phases(ctx, m, on, initFilePhases...)
+}
+
+// initFilePhases are `kubeadm init`'s phases that write a first machine's files.
+var initFilePhases = []string{"certs all", "kubeconfig admin", "kubeconfig super-admin", "kubeconfig kubelet",
+	"kubeconfig controller-manager", "etcd local", "control-plane apiserver", "control-plane controller-manager"}
 
 // MarkControlPlane runs kubeadm's mark-control-plane phase once m's Node is registered: the
 // control-plane role label and taint, set with admin.conf as kubeadm init and join set them
