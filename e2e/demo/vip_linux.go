@@ -41,14 +41,19 @@ func runVIP(ctx context.Context, tl *timeline) (err error) {
 	if err != nil {
 		return err
 	}
+	opts := lifecycle.Options{Backend: lifecycle.ARP, Binaries: bins, Name: "demo", APIServer: api}
 	if api == lifecycle.Real {
-		tl.step("each machine: kube-apiserver %s + etcd %s made by kubeadm %s, behind the VIP (each takes ~20-40 s to boot on 2 cores: etcd fsyncs, the API server starts ~60 controllers)",
-			envtest.K8sVersion, envtest.EtcdVersion, envtest.K8sVersion)
+		if opts.Bootstrap, err = lifecycle.BootstrapFromEnv(lifecycle.CAPIBootstrap); err != nil {
+			return err
+		}
+		tl.step("each machine: kube-apiserver %s + etcd %s made by kubeadm %s from bootstrap data rendered by %s, behind the VIP (each takes ~20-40 s to boot on 2 cores: etcd fsyncs, the API server starts ~60 controllers)",
+			envtest.K8sVersion, envtest.EtcdVersion, envtest.K8sVersion, map[lifecycle.Bootstrap]string{
+				lifecycle.CAPIBootstrap: "CAPI's kubeadm bootstrap provider", lifecycle.LabBootstrap: "the lab"}[opts.Bootstrap])
 		tl.step("starting a management API server, CAPI's reconcilers, the caplb manager and a lab network")
 	} else {
 		tl.step("starting a management and a workload API server, CAPI's reconcilers, the caplb manager and a lab network")
 	}
-	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: lifecycle.ARP, Binaries: bins, Name: "demo", APIServer: api})
+	l, err := lifecycle.Start(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -134,11 +134,20 @@ func (l *Lab) VIP() netip.Addr { return l.vip }
 // CreateMachine creates a control-plane Machine and its TestMachine, as KubeadmControlPlane
 // does: the lab's provider boots it once the bootstrap Secret exists.
 func (l *Lab) CreateMachine(ctx context.Context, name string) (*clusterv1.Machine, error) {
+	if l.opts.Bootstrap == CAPIBootstrap {
+		return l.createCABPKMachine(ctx, name)
+	}
 	return l.createMachine(ctx, name, l.ClusterName+"-caplb-agent")
 }
 
 // createMachine creates a control-plane Machine booting from the bootstrap Secret secret.
 func (l *Lab) createMachine(ctx context.Context, name, secret string) (*clusterv1.Machine, error) {
+	return l.createMachineWith(ctx, name, clusterv1.Bootstrap{DataSecretName: ptr(secret)}, "")
+}
+
+// createMachineWith creates a control-plane Machine with bootstrap (and version, if set) and
+// its TestMachine.
+func (l *Lab) createMachineWith(ctx context.Context, name string, bootstrap clusterv1.Bootstrap, version string) (*clusterv1.Machine, error) {
 	tm := testinfra.NewMachine(l.Namespace, name, testinfra.MachineSpec{NodeName: name})
 	if err := l.Mgmt.Client.Create(ctx, tm); err != nil {
 		return nil, fmt.Errorf("creating TestMachine %s: %w", name, err)
@@ -148,7 +157,8 @@ func (l *Lab) createMachine(ctx context.Context, name, secret string) (*clusterv
 			clusterv1.ClusterNameLabel: l.ClusterName, clusterv1.MachineControlPlaneLabel: ""}},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: l.ClusterName,
-			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr(secret)},
+			Bootstrap:   bootstrap,
+			Version:     version,
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: testinfra.Group, Kind: testinfra.MachineKind, Name: name},
 		},

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/caplb/caplb/e2e/lab/cloudinit"
 	"github.com/caplb/caplb/e2e/testinfra"
 )
 
@@ -41,10 +42,14 @@ type infra struct {
 	// (kubevip.go); podGC then deletes a destroyed machine's Pods (mirror.go).
 	kubeVIP *bootRole
 	podGC   func(node string)
+	// cabpk: a control-plane machine boots from the data Secret CABPK rendered for its Machine.
+	cabpk bool
 
 	mu    sync.Mutex
 	nodes map[string]*Node
 	next  int
+	// booted records every machine booted, in order, with what it booted from.
+	booted []Boot
 }
 
 func (r *infra) setup(mgr ctrl.Manager) error {
@@ -90,6 +95,13 @@ func (r *infra) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		secretName := r.bootstrapSecret
 		if role.worker || role.kubeVIP {
 			secretName = role.secret
+		} else if r.cabpk {
+			name, ok, err := r.cabpkSecret(ctx, req.Namespace, tm.GetOwnerReferences())
+			if err != nil || !ok {
+				// CABPK has not rendered the Machine's data yet.
+				return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, err
+			}
+			secretName = name
 		}
 		secret := &corev1.Secret{}
 		err = r.apiReader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: secretName}, secret)
@@ -109,8 +121,14 @@ func (r *infra) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			r.deps.lab.Logf("infra", "%v", err)
 			return ctrl.Result{}, err
 		}
+		boot := Boot{Machine: req.Name, Secret: secretName}
+		if n.kubeadmStep != nil {
+			boot.Kubeadm = *n.kubeadmStep
+			boot.FromCloudInit = true
+		}
 		r.mu.Lock()
 		r.nodes[req.Name] = n
+		r.booted = append(r.booted, boot)
 		r.mu.Unlock()
 	}
 	patch := fmt.Sprintf(`{"spec":{"providerID":%q,"nodeName":%q}}`, n.providerID, n.Name)
@@ -141,6 +159,22 @@ func (r *infra) destroy(name string) error {
 		go r.podGC(name)
 	}
 	return err
+}
+
+// Boot is one machine's boot: the bootstrap data Secret it booted from and, with CABPK's data,
+// the kubeadm command it ran.
+type Boot struct {
+	Machine, Secret string
+	// FromCloudInit: the machine booted from CABPK's cloud-init (Kubeadm is its command).
+	FromCloudInit bool
+	Kubeadm       cloudinit.KubeadmStep
+}
+
+// Booted lists every machine booted so far, in order.
+func (l *Lab) Booted() []Boot {
+	l.infra.mu.Lock()
+	defer l.infra.mu.Unlock()
+	return append([]Boot(nil), l.infra.booted...)
 }
 
 // Node returns the running machine called name, or nil.

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/caplb/caplb/e2e/lab"
 	"github.com/caplb/caplb/e2e/lab/bgplab"
@@ -48,7 +51,15 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 	g := NewWithT(rt)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	l, err := Start(ctx, Options{Backend: backend, Binaries: bins, Name: name, APIServer: api})
+	var err error
+	opts := Options{Backend: backend, Binaries: bins, Name: name, APIServer: api}
+	if api == Real {
+		// CAPI's kubeadm bootstrap provider renders the machines' data (CAPLB_LAB_BOOTSTRAP=lab:
+		// the lab writes kubeadm's configuration itself).
+		opts.Bootstrap, err = BootstrapFromEnv(CAPIBootstrap)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	l, err := Start(ctx, opts)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() {
 		if dir := os.Getenv("CAPLB_LIFECYCLE_LOG_DIR"); dir != "" {
@@ -77,6 +88,9 @@ func runLifecycle(t *testing.T, backend Backend, api APIServer, name string) {
 	g.Expect(err).NotTo(HaveOccurred())
 	r := obs.Result
 	g.Expect(r.Replacements).To(Equal(3))
+	if opts.Bootstrap == CAPIBootstrap {
+		checkBootedFromCABPK(ctx, g, l)
+	}
 	g.Expect(r.Requests).To(BeNumerically(">", 1000), "the client ran throughout")
 	var failed []observe.Sample
 	for _, f := range obs.Failures {
@@ -213,4 +227,28 @@ func skipUnlessReal(t *testing.T) {
 	if api != Real {
 		t.Skip("CAPLB_LAB_APISERVER=standin: the real control plane is left out")
 	}
+}
+
+// checkBootedFromCABPK: every control-plane machine booted from the data CAPI's kubeadm
+// bootstrap provider rendered for its Machine's KubeadmConfig — the first with `kubeadm init`,
+// the others with `kubeadm join` — and not from anything the lab wrote.
+func checkBootedFromCABPK(ctx context.Context, g Gomega, l *Lab) {
+	booted := l.Booted()
+	g.Expect(booted).To(HaveLen(6), "3 machines and 3 replacements booted")
+	checked := 0
+	for i, b := range booted {
+		g.Expect(b.FromCloudInit).To(BeTrue(), "%s booted from CABPK's cloud-init", b.Machine)
+		g.Expect(b.Kubeadm.Join).To(Equal(i > 0), "%s ran kubeadm %s", b.Machine, map[bool]string{true: "join", false: "init"}[i > 0])
+		cfg := &bootstrapv1.KubeadmConfig{}
+		err := l.Mgmt.Client.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: b.Machine}, cfg)
+		if apierrors.IsNotFound(err) {
+			// CAPI deletes a deleted Machine's bootstrap config with it.
+			g.Expect(l.Node(b.Machine)).To(BeNil(), "%s runs, but its KubeadmConfig is gone", b.Machine)
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cfg.Status.DataSecretName).To(Equal(b.Secret), "%s booted from its KubeadmConfig's data Secret", b.Machine)
+		checked++
+	}
+	g.Expect(checked).To(Equal(3), "the three machines left were checked against their KubeadmConfigs")
 }

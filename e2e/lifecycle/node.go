@@ -24,6 +24,7 @@ import (
 
 	"github.com/caplb/caplb/e2e/envtest"
 	"github.com/caplb/caplb/e2e/lab"
+	"github.com/caplb/caplb/e2e/lab/cloudinit"
 	"github.com/caplb/caplb/e2e/testinfra"
 	"github.com/caplb/caplb/e2e/testpki"
 )
@@ -62,6 +63,8 @@ type Node struct {
 	// pod's restarts, kubeVIPDone closes when they ended (kubevip.go).
 	runsKubeVIP              bool
 	stopKubeVIP, kubeVIPDone chan struct{}
+	// kubeadmStep is the kubeadm command of the machine's CABPK data (nil: the lab's bootstrap).
+	kubeadmStep *cloudinit.KubeadmStep
 }
 
 // nodeDeps is what booting a machine needs from the lab.
@@ -84,6 +87,10 @@ type nodeDeps struct {
 	mgmt        client.Reader
 	clusterName string
 	scheme      *runtime.Scheme
+	// cabpk: control-plane machines boot from the data CAPI's kubeadm bootstrap provider
+	// rendered (bootFromCloudInit); samplePreKubeadm are the sample's preKubeadmCommands.
+	cabpk            bool
+	samplePreKubeadm []string
 }
 
 // boot brings up the machine: its network, the files its bootstrap writes, what kubeadm and the
@@ -113,12 +120,21 @@ func (d *nodeDeps) boot(ctx context.Context, name string, index int, providerID 
 		return n, err
 	}
 	// cloud-init: the bootstrap's write_files.
-	files := d.files
-	if role.worker || role.kubeVIP {
-		files = role.files
-	}
-	if err := writeBootFiles(n.Root, files, secret); err != nil {
-		return n, err
+	if d.cabpk && !role.worker && !role.kubeVIP {
+		if n.kubeadmStep, err = d.bootFromCloudInit(n, secret); err != nil {
+			return n, err
+		}
+		if len(d.samplePreKubeadm) > 0 {
+			d.lab.Logf("boot", "%s: the sample's preKubeadmCommands not run (no shell on a lab machine): %q", n.Name, d.samplePreKubeadm)
+		}
+	} else {
+		files := d.files
+		if role.worker || role.kubeVIP {
+			files = role.files
+		}
+		if err := writeBootFiles(n.Root, files, secret); err != nil {
+			return n, err
+		}
 	}
 	if role.worker {
 		return n, d.bootWorker(ctx, n, secret)

@@ -5,17 +5,13 @@ package lifecycle
 import (
 	"context"
 	"crypto"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,20 +80,30 @@ type realCP struct {
 // balancer's address in every serving certificate (the user planned the move, or KCP rolled for
 // it), kube-controller-manager's bootstrap signer on every machine, discovery joins.
 func (r *realCP) prepareEndpointMove() error {
+	if err := r.runControllerManager(); err != nil {
+		return err
+	}
+	// The external load balancer's address and the first VIP of the pool: both endpoints a
+	// cluster of this lab moves to are in every certificate, as a user planning the move puts
+	// them in KubeadmControlPlane's certSANs.
+	r.cluster.CertSANs = []string{extLBAddr.String(), arpPoolFirst.String()}
+	r.discovery = true
+	return nil
+}
+
+// runControllerManager runs kube-controller-manager on every machine, kept to the controllers
+// kubeadm's joins need: the bootstrap signer signs cluster-info for each bootstrap token (what
+// kubeadm's discovery verifies), the token cleaner removes expired tokens.
+func (r *realCP) runControllerManager() error {
 	bin, err := envtest.BinaryDir()
 	if err != nil {
 		return err
 	}
 	r.bins.ControllerManager = filepath.Join(bin, "kube-controller-manager")
 	if _, err := os.Stat(r.bins.ControllerManager); err != nil {
-		return fmt.Errorf("the endpoint-move lab needs kube-controller-manager in %s: run `make testbin` (%w)", bin, err)
+		return fmt.Errorf("kubeadm's discovery in the lab needs kube-controller-manager in %s: run `make testbin` (%w)", bin, err)
 	}
-	r.cluster.ControllerManagerArgs = []kubeadm.Arg{{Name: "controllers", Value: "bootstrapsigner,tokencleaner"}}
-	// The external load balancer's address and the first VIP of the pool: both endpoints a
-	// cluster of this lab moves to are in every certificate, as a user planning the move puts
-	// them in KubeadmControlPlane's certSANs.
-	r.cluster.CertSANs = []string{extLBAddr.String(), arpPoolFirst.String()}
-	r.discovery = true
+	r.cluster.ControllerManagerArgs = []kubeadm.Arg{{Name: "controllers", Value: labControllerManagerFlags}}
 	return nil
 }
 
@@ -290,8 +296,17 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 	}
 	var learner uint64
 	var etcd *kubeadm.Etcd
+	boot := n.kubeadmStep
+	if boot != nil && boot.Join != (via != nil) {
+		return fmt.Errorf("%s: CABPK rendered `kubeadm %s` for a machine that %s", n.Name, map[bool]string{true: "join", false: "init"}[boot.Join],
+			map[bool]string{true: "joins a running control plane", false: "is the first"}[via != nil])
+	}
 	if via == nil {
-		if err := r.cluster.InitWithKeys(ctx, n.cp.Machine, n.NS, shared); err != nil {
+		init := func() error { return r.cluster.InitWithKeys(ctx, n.cp.Machine, n.NS, shared) }
+		if boot != nil {
+			init = func() error { return r.cluster.InitWritten(ctx, n.cp.Machine, n.NS) }
+		}
+		if err := init(); err != nil {
 			return err
 		}
 		step("kubeadm init")
@@ -306,7 +321,11 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 		}
 		learner = id
 		step("etcd learner added")
-		if r.discovery {
+		if boot != nil {
+			if err := r.cluster.JoinWritten(ctx, n.cp.Machine, n.NS, initial); err != nil {
+				return err
+			}
+		} else if r.discovery {
 			if err := d.joinDiscovered(ctx, n, namespace, shared, initial); err != nil {
 				return err
 			}
@@ -314,6 +333,11 @@ func (d *nodeDeps) bootRealCP(ctx context.Context, n *Node, namespace string, ot
 			return err
 		}
 		step("kubeadm join")
+	}
+	if boot != nil {
+		if err := n.bootstrapSucceeded(); err != nil {
+			return err
+		}
 	}
 	// The kubelet starts every static pod once kubeadm wrote its kubeconfig: the agent's, or
 	// kube-vip's (the bootstrap wrote it), beside kubeadm's.
@@ -407,106 +431,4 @@ func (d *nodeDeps) joinDiscovered(ctx context.Context, n *Node, namespace string
 	disc := kubeadm.Discovery{Endpoint: netip.AddrPortFrom(host, uint16(ep.Port)).String(), Token: c.BootstrapToken, CACertHash: hash}
 	d.lab.Logf("boot", "%s: kubeadm join discovers the cluster at %s", n.Name, disc.Endpoint)
 	return c.JoinDiscovered(ctx, n.cp.Machine, n.NS, shared, members, disc)
-}
-
-// waitAPIReady polls the machine's own /readyz (from the machine, verified with the cluster CA
-// for the machine's address, a SAN of kubeadm's serving certificate).
-func (n *Node) waitAPIReady(ctx context.Context, timeout time.Duration) error {
-	ca, err := os.ReadFile(n.cp.Path(filepath.Join(kubeadm.PKIDir, "ca.crt")))
-	if err != nil {
-		return err
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: n.NS.DialContext,
-		DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	url := "https://" + netip.AddrPortFrom(n.Addr, apiPort).String() + "/readyz"
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = getOK(ctx, hc, url); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s: kube-apiserver not ready within %v: %w", n.Name, timeout, last)
-}
-
-func getOK(ctx context.Context, hc *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d: %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	return nil
-}
-
-// registerAsKubelet creates the machine's Node with kubeadm's kubelet.conf (system:node:<name>,
-// under the Node authorizer and NodeRestriction), as the kubelet's first start does: its
-// providerID, hostname label and addresses, and a Ready status.
-func (n *Node) registerAsKubelet(ctx context.Context) error {
-	c, err := n.kubeletClient()
-	if err != nil {
-		return err
-	}
-	var last error
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if last = registerNode(ctx, c, n.Name, n.providerID, n.Addr, map[string]string{corev1.LabelHostname: n.Name}); last == nil {
-			return nil
-		}
-		if strings.Contains(last.Error(), "forbidden") {
-			return last
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return fmt.Errorf("%s: registering its Node: %w", n.Name, last)
-}
-
-// kubeletClient is a client with the machine's kubelet credential (kubeadm's kubelet.conf:
-// system:node:<name>), dialling from the machine.
-func (n *Node) kubeletClient() (client.Client, error) {
-	b, err := os.ReadFile(n.cp.Path("/etc/kubernetes/kubelet.conf"))
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: kubelet.conf: %w", n.Name, err)
-	}
-	cfg.Dial, cfg.Timeout = n.NS.DialContext, 5*time.Second
-	return client.New(cfg, client.Options{Scheme: n.deps.scheme})
-}
-
-// setAPIHealthy stops (as a restart of the static pod would) or starts the machine's
-// kube-apiserver.
-func (n *Node) setAPIHealthy(ok bool) error {
-	if ok {
-		if n.cp.apiserver != nil {
-			return nil
-		}
-		return n.startControlPlane()
-	}
-	if n.cp.apiserver == nil {
-		return nil
-	}
-	// The kubelet's grace for a static pod without terminationGracePeriodSeconds (kubeadm's):
-	// 30 s, then SIGKILL. A kill is what the kubelet does, not the scenario's failure.
-	if err := n.cp.apiserver.Stop(30 * time.Second); err != nil {
-		n.deps.lab.Logf("kubelet", "%s: kube-apiserver: %v", n.Name, err)
-	}
-	n.cp.apiserver = nil
-	return nil
 }

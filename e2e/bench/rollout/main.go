@@ -44,12 +44,22 @@ func main() {
 		os.Exit(2)
 	}
 	api := flag.String("apiserver", string(def), "what the machines run: real (kubeadm's etcd and kube-apiserver) or standin")
+	defBoot, err := lifecycle.BootstrapFromEnv(lifecycle.CAPIBootstrap)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-rollout:", err)
+		os.Exit(2)
+	}
+	boot := flag.String("bootstrap", string(defBoot), "who renders the real control plane's bootstrap data: capi (CAPI's kubeadm bootstrap provider) or lab")
 	faultList := flag.String("faults", faultHardKill+","+faultQuorumLoss, "fault pass on a real control plane: hard_kill, quorum_loss, or none")
 	trials := flag.Int("fault-trials", 5, "trials per fault")
 	hold := flag.Duration("quorum-hold", 15*time.Second, "how long the VIP is watched once every agent saw etcd's quorum lost")
 	flag.Parse()
 	if a := lifecycle.APIServer(*api); a != lifecycle.Real && a != lifecycle.StandIn {
 		fmt.Fprintf(os.Stderr, "bench-rollout: -apiserver %q: use real or standin\n", *api)
+		os.Exit(2)
+	}
+	if b := lifecycle.Bootstrap(*boot); b != lifecycle.CAPIBootstrap && b != lifecycle.LabBootstrap {
+		fmt.Fprintf(os.Stderr, "bench-rollout: -bootstrap %q: use capi or lab\n", *boot)
 		os.Exit(2)
 	}
 	faults, err := parseFaults(*faultList)
@@ -71,7 +81,11 @@ func main() {
 	if out == "" {
 		out = "_out/bench-rollout.json"
 	}
-	if err := run(*backends, *runs, lifecycle.APIServer(*api), faultOptions{faults: faults, trials: *trials, hold: *hold}, out); err != nil {
+	base := lifecycle.Options{APIServer: lifecycle.APIServer(*api)}
+	if base.APIServer == lifecycle.Real {
+		base.Bootstrap = lifecycle.Bootstrap(*boot)
+	}
+	if err := run(*backends, *runs, base, faultOptions{faults: faults, trials: *trials, hold: *hold}, out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-rollout:", err)
 		os.Exit(1)
 	}
@@ -99,7 +113,8 @@ type entry struct {
 	GoalsMissed []string `json:"goals_missed,omitempty"`
 }
 
-func run(backends string, runs int, api lifecycle.APIServer, fo faultOptions, out string) error {
+// run runs the rollouts (and the fault pass) with base's APIServer and Bootstrap.
+func run(backends string, runs int, base lifecycle.Options, fo faultOptions, out string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces)")
 	}
@@ -125,7 +140,7 @@ func run(backends string, runs int, api lifecycle.APIServer, fo faultOptions, ou
 			if runs > 1 {
 				svg = fmt.Sprintf("%s-%s-run%d.svg", strings.TrimSuffix(out, ".json"), b, run)
 			}
-			r, err := runOne(lifecycle.Backend(b), api, bins, svg)
+			r, err := runOne(lifecycle.Backend(b), base, bins, svg)
 			r.Run = run
 			if r.Backend != "" {
 				results = append(results, r) // a failed run's figures too: they show what went wrong
@@ -183,12 +198,15 @@ func worse(a, b entry) bool {
 	return a.MaxGapMS > b.MaxGapMS
 }
 
-func runOne(b lifecycle.Backend, api lifecycle.APIServer, bins lifecycle.Binaries, svg string) (entry, error) {
+func runOne(b lifecycle.Backend, base lifecycle.Options, bins lifecycle.Binaries, svg string) (entry, error) {
+	api := base.APIServer
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
 	logf := func(s string) { fmt.Printf("%+8.3fs %s ==> %s\n", time.Since(start).Seconds(), b, s) }
-	l, err := lifecycle.Start(ctx, lifecycle.Options{Backend: b, Binaries: bins, Name: "ro" + string(b), APIServer: api})
+	opts := base
+	opts.Backend, opts.Binaries, opts.Name = b, bins, "ro"+string(b)
+	l, err := lifecycle.Start(ctx, opts)
 	if err != nil {
 		return entry{}, err
 	}
@@ -207,7 +225,10 @@ func runOne(b lifecycle.Backend, api lifecycle.APIServer, bins lifecycle.Binarie
 	if runErr != nil {
 		fmt.Println(l.LogTail(30))
 	}
-	e := entry{Scenario: "rollout", APIServer: api, KCP: "lab", Bootstrap: "lab", KCPEtcd: "capi", Result: obs.Result, ClientGo: obs.Clients}
+	e := entry{Scenario: "rollout", APIServer: api, KCP: "lab", Bootstrap: string(lifecycle.LabBootstrap), KCPEtcd: "capi", Result: obs.Result, ClientGo: obs.Clients}
+	if opts.Bootstrap == lifecycle.CAPIBootstrap {
+		e.Bootstrap = string(lifecycle.CAPIBootstrap)
+	}
 	if runErr == nil {
 		e.GoalsMissed = lifecycle.Goals(b, api, obs.Result, obs.Clients)
 		e.GoalsMet = len(e.GoalsMissed) == 0
