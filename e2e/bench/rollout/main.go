@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -80,6 +81,11 @@ func main() {
 	out := os.Getenv("BENCH_OUT")
 	if out == "" {
 		out = "_out/bench-rollout.json"
+	}
+	// Made before the runs: a run of 40 minutes must not end unable to write its figures.
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-rollout:", err)
+		os.Exit(1)
 	}
 	base := lifecycle.Options{APIServer: lifecycle.APIServer(*api)}
 	if base.APIServer == lifecycle.Real {
